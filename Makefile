@@ -1,0 +1,36 @@
+# rs-lightning: every target creates .venv on first use (README "Quickstart").
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+DEMO_DIR := outputs/demo/$(shell date +%Y%m%d-%H%M%S)
+
+.PHONY: venv demo test test-all lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) train.py method=gaussian sigma=0.25 hydra.run.dir=$(DEMO_DIR)/train
+	$(PY) certify.py checkpoint=$(DEMO_DIR)/train/checkpoints/last.ckpt n=10000 \
+		hydra.run.dir=$(DEMO_DIR)/certify
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m ''
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(PY) -m bench.run
+
+clean:
+	rm -rf outputs multirun lightning_logs .pytest_cache

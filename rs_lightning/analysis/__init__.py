@@ -1,0 +1,26 @@
+"""Pure functions over certification results: metrics, result files, plots. No Lightning, no Hydra."""
+
+from .metrics import (
+    ECDF_GRID,
+    average_certified_radius,
+    certified_accuracy,
+    pa_ecdf,
+    pa_true_label,
+    radius_grid,
+    summarize,
+)
+from .results import COLUMNS, ResultFileError, ResultWriter, read_results
+
+__all__ = [
+    "COLUMNS",
+    "ECDF_GRID",
+    "ResultFileError",
+    "ResultWriter",
+    "average_certified_radius",
+    "certified_accuracy",
+    "pa_ecdf",
+    "pa_true_label",
+    "radius_grid",
+    "read_results",
+    "summarize",
+]

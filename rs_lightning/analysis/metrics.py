@@ -1,0 +1,72 @@
+"""Metrics over per-input certification results (numpy; the functional twins of ``rs_lightning.metrics``).
+
+Definitions follow Cohen et al. 2019 (``analyze.py``: certified accuracy), Zhai et al. 2020 (ACR) and
+Sun et al. 2025, *Average Certified Radius is a Poor Metric for Randomized Smoothing* (pA ECDF).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rs_lightning.smoothing.stats import max_certifiable_radius
+
+ECDF_GRID = np.round(np.linspace(0.5, 1.0, 501), 3)
+"""x grid of the pA ECDF: 0.500, 0.501, ..., 1.000 (as in the acr-weakness release)."""
+
+
+def certified_accuracy(radius, correct, radii) -> np.ndarray:
+    """Share of inputs that are correct with certified radius >= r, for each r (abstain = wrong).
+
+    Cohen et al. 2019 ``ApproximateAccuracy``: over *all* inputs, comparison ``>=``. At r = 0 this is the
+    clean accuracy of the smoothed classifier.
+    """
+    radius, correct = np.asarray(radius, dtype=float), np.asarray(correct, dtype=bool)
+    radii = np.atleast_1d(np.asarray(radii, dtype=float))
+    if radius.size == 0:
+        return np.zeros_like(radii)
+    return ((radius[None, :] >= radii[:, None]) & correct[None, :]).mean(axis=1)
+
+
+def average_certified_radius(radius, correct) -> float:
+    """ACR = (1/n) sum_i radius_i * 1[correct_i] (Zhai et al. 2020); wrong or abstained count as 0."""
+    radius, correct = np.asarray(radius, dtype=float), np.asarray(correct, dtype=bool)
+    return float(np.where(correct, radius, 0.0).mean()) if radius.size else 0.0
+
+
+def pa_true_label(pa_hat, correct) -> np.ndarray:
+    """Per-input p̂A as the seed paper uses it: share of draws on the true label; 0 if wrong or abstained."""
+    return np.where(np.asarray(correct, dtype=bool), np.asarray(pa_hat, dtype=float), 0.0)
+
+
+def pa_ecdf(pa, grid=ECDF_GRID) -> np.ndarray:
+    """y(x) = share of inputs with p̂A >= x for each x in ``grid`` (Sun et al. 2025, Appendix B)."""
+    pa, grid = np.asarray(pa, dtype=float), np.asarray(grid, dtype=float)
+    if pa.size == 0:
+        return np.zeros_like(grid)
+    return (pa[None, :] >= grid[:, None] - 1e-12).mean(axis=1)
+
+
+def radius_grid(sigma: float, n: int, alpha: float, step: float = 0.25) -> np.ndarray:
+    """Radii 0, step, 2·step, ... up to the largest radius certifiable with ``n`` samples."""
+    top = max_certifiable_radius(sigma, n, alpha)
+    return np.round(np.arange(0.0, top + 1e-9, step), 6)
+
+
+def summarize(radius, correct, predict, pa_hat, *, radii, ecdf_grid=ECDF_GRID) -> dict:
+    """The ``summary.json`` metrics of one certification run (keys as in DESIGN.md 'Result files')."""
+    correct = np.asarray(correct, dtype=bool)
+    pa = pa_true_label(pa_hat, correct)
+    cert = certified_accuracy(radius, correct, radii)
+    return {
+        "num_inputs": int(correct.size),
+        "acr": average_certified_radius(radius, correct),
+        "clean_accuracy": float(correct.mean()) if correct.size else 0.0,
+        "abstain_rate": float((np.asarray(predict) < 0).mean()) if correct.size else 0.0,
+        "pa_mean": float(pa.mean()) if correct.size else 0.0,
+        "certified_accuracy": {_radius_key(r): float(a) for r, a in zip(radii, cert, strict=True)},
+        "pa_ecdf": {"x": [float(x) for x in ecdf_grid], "y": [float(y) for y in pa_ecdf(pa, ecdf_grid)]},
+    }
+
+
+def _radius_key(r: float) -> str:
+    return repr(round(float(r), 6))

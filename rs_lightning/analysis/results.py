@@ -1,0 +1,143 @@
+"""The ``certify.tsv`` result file: append-only, flushed row by row, resumable after a crash.
+
+Columns (DESIGN.md 'Result files'): Cohen et al.'s ``idx label predict radius correct time`` first, then
+``nA n pA_lower pA_hat n0 nA0``. A rerun reads the rows already written, skips their indices, and
+redoes a last line that a killed process left incomplete.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+COLUMNS = (
+    "idx",
+    "label",
+    "predict",
+    "radius",
+    "correct",
+    "time",
+    "nA",
+    "n",
+    "pA_lower",
+    "pA_hat",
+    "n0",
+    "nA0",
+)
+REQUIRED = ("idx", "label", "predict", "radius", "correct")
+_INT_COLUMNS = {"idx", "label", "predict", "correct", "nA", "n", "n0", "nA0"}
+
+
+class ResultFileError(ValueError):
+    """A result file that cannot be read or appended to safely."""
+
+
+def _format(column: str, value) -> str:
+    if column in _INT_COLUMNS:
+        return str(int(value))
+    if column == "time":
+        return f"{float(value):.4f}"
+    return f"{float(value):.10g}"
+
+
+def _parse_line(line: str, header: list[str], path: Path, lineno: int) -> dict | None:
+    fields = line.split("\t")
+    if len(fields) != len(header):
+        return None
+    try:
+        return {c: (int(v) if c in _INT_COLUMNS else float(v)) for c, v in zip(header, fields, strict=True)}
+    except ValueError:
+        return None
+
+
+def read_results(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Read a result TSV into ``{column: array}``. Extra or missing optional columns are allowed."""
+    path = Path(path)
+    if not path.is_file():
+        raise ResultFileError(f"no result file at {path}")
+    lines = path.read_text().splitlines()
+    if not lines:
+        raise ResultFileError(f"{path} is empty (expected a header line {' '.join(COLUMNS)})")
+    header = lines[0].split("\t")
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise ResultFileError(f"{path} lacks the columns {missing}; its header is {header}")
+    rows = []
+    for lineno, line in enumerate(lines[1:], start=2):
+        row = _parse_line(line, header, path, lineno)
+        if row is None:
+            if lineno == len(lines):
+                continue  # an incomplete last row from a killed run: not a result
+            raise ResultFileError(f"{path}:{lineno} is malformed: {line!r}")
+        rows.append(row)
+    return {c: np.array([r[c] for r in rows]) for c in header}
+
+
+class ResultWriter:
+    """Appends rows to a TSV; on open, validates the header and repairs an incomplete last line."""
+
+    def __init__(self, path: str | os.PathLike, columns: tuple[str, ...] = COLUMNS):
+        self.path = Path(path)
+        self.columns = columns
+        self.done: set[int] = set()
+        self._recover()
+        self._file = self.path.open("a", encoding="utf-8")
+        if self.path.stat().st_size == 0:
+            self._file.write("\t".join(columns) + "\n")
+            self._file.flush()
+
+    def _recover(self) -> None:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.touch()
+            return
+        text = self.path.read_text(encoding="utf-8")
+        header_line = "\t".join(self.columns)
+        if "\n" not in text and header_line.startswith(text):
+            self.path.write_text("")  # killed while writing the header
+            return
+        lines = text.split("\n")
+        header = lines[0].split("\t")
+        if tuple(header) != self.columns:
+            raise ResultFileError(
+                f"{self.path} has the header {header}, expected {list(self.columns)}; "
+                "write to another output_dir instead of mixing formats"
+            )
+        good_end = len(lines[0]) + 1
+        complete = lines[1:-1]  # text ends with "\n" when every row is complete; the tail is then ""
+        for lineno, line in enumerate(complete, start=2):
+            row = _parse_line(line, header, self.path, lineno)
+            if row is None:
+                if lineno - 1 == len(complete) and lines[-1] == "":
+                    break  # corrupt final line (e.g. killed mid-write and later appended nothing)
+                raise ResultFileError(f"{self.path}:{lineno} is malformed: {line!r}; fix or move the file")
+            if row["idx"] in self.done:
+                raise ResultFileError(f"{self.path}:{lineno} repeats idx {row['idx']}; the file was edited")
+            self.done.add(row["idx"])
+            good_end += len(line.encode("utf-8")) + 1
+        if good_end < len(text.encode("utf-8")):
+            warnings.warn(
+                f"{self.path}: dropping an incomplete last row; it will be certified again", stacklevel=3
+            )
+            with self.path.open("r+b") as f:
+                f.truncate(good_end)
+
+    def write(self, row: dict) -> None:
+        """Append one row (keys = columns) and flush it to the OS."""
+        if int(row["idx"]) in self.done:
+            raise ResultFileError(f"idx {row['idx']} is already in {self.path}")
+        self._file.write("\t".join(_format(c, row[c]) for c in self.columns) + "\n")
+        self._file.flush()
+        self.done.add(int(row["idx"]))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ResultWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

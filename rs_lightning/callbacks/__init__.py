@@ -1,0 +1,5 @@
+"""Lightning callbacks."""
+
+from .certification import CertificationCallback
+
+__all__ = ["CertificationCallback"]

@@ -1,0 +1,166 @@
+"""Certification during training: ACR@n, certified accuracy, mean pA and the pA ECDF at epoch end.
+
+Runs Cohen et al.'s CERTIFY (n0 selection + n estimation draws, Clopper–Pearson at alpha) on a fixed,
+evenly spaced subset of the validation (test) split, with the same engine and noise seeding as
+``certify.py``: the logged numbers equal ``certify.py checkpoint=... n0=.. n=.. seed=.. skip=.. max=..``
+(see :meth:`CertificationCallback.certify_command_args`). Under DDP each rank certifies every
+world_size-th input of the subset and the torchmetrics states are gathered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
+
+from rs_lightning.analysis.metrics import ECDF_GRID, pa_true_label, radius_grid
+from rs_lightning.analysis.plots import pa_ecdf_figure, save_figure
+from rs_lightning.data.subset import evenly_spaced
+from rs_lightning.metrics import AverageCertifiedRadius, CertifiedAccuracy, PAEcdf, PAEstimates
+from rs_lightning.smoothing import certify_dataset
+from rs_lightning.smoothing.engine import check_certify_args
+from rs_lightning.validation import require_at_least
+
+
+class CertificationCallback(pl.Callback):
+    """Every ``every_n_epochs`` epochs (and after the last), certify ``num_inputs`` validation inputs.
+
+    Logs ``val/acr``, ``val/certified_accuracy@{r}``, ``val/pa_mean``, ``val/abstain_rate`` and the
+    figure ``val/pa_ecdf`` (W&B, TensorBoard; other loggers get a PNG in their log dir).
+
+    Args:
+        every_n_epochs: certification period in epochs.
+        num_inputs: size of the fixed subset (every ``len(test) // num_inputs``-th input).
+        n0, n, alpha: CERTIFY's selection draws, estimation draws and failure probability.
+        batch_size: forward batch size of the engine.
+        seed: noise seed (same meaning as in ``certify.py``).
+        radius_step: spacing of the logged certified-accuracy radii (up to the largest certifiable one).
+        sigma: certification noise; defaults to the method's training sigma.
+    """
+
+    def __init__(
+        self,
+        every_n_epochs: int = 1,
+        num_inputs: int = 100,
+        n0: int = 100,
+        n: int = 256,
+        alpha: float = 0.001,
+        batch_size: int = 1000,
+        seed: int = 0,
+        radius_step: float = 0.25,
+        sigma: float | None = None,
+    ) -> None:
+        require_at_least("callbacks.certification.every_n_epochs", every_n_epochs, 1)
+        require_at_least("callbacks.certification.num_inputs", num_inputs, 1)
+        check_certify_args(sigma=sigma or 1.0, n0=n0, n=n, alpha=alpha, batch_size=batch_size)
+        self.every_n_epochs, self.num_inputs = every_n_epochs, num_inputs
+        self.n0, self.n, self.alpha, self.batch_size, self.seed = n0, n, alpha, batch_size, seed
+        self.radius_step, self.sigma = radius_step, sigma
+        self.last: dict | None = None
+        """The most recent results: ``{"epoch", "indices", "metrics", "pa_ecdf"}`` (for tests and users)."""
+
+    def _due(self, trainer: pl.Trainer) -> bool:
+        epoch = trainer.current_epoch + 1
+        return epoch % self.every_n_epochs == 0 or epoch >= (trainer.max_epochs or 0)
+
+    def subset(self, dataset_size: int) -> list[int]:
+        return evenly_spaced(dataset_size, self.num_inputs)
+
+    def certify_command_args(self, dataset_size: int) -> dict:
+        """The ``certify.py`` settings that reproduce this callback's numbers."""
+        indices = self.subset(dataset_size)
+        skip = indices[1] - indices[0] if len(indices) > 1 else 1
+        return {
+            "n0": self.n0,
+            "n": self.n,
+            "alpha": self.alpha,
+            "seed": self.seed,
+            "skip": skip,
+            "start": 0,
+            "max": indices[-1] + 1,
+        }
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not self._due(trainer):
+            return
+        sigma = float(self.sigma or pl_module.sigma)
+        dataset = trainer.datamodule.dataset("test")
+        indices = self.subset(len(dataset))
+        radii = radius_grid(sigma, self.n, self.alpha, self.radius_step)
+        device = pl_module.device
+        metrics = {
+            "pa": PAEstimates(),
+            "acr": AverageCertifiedRadius(),
+            "cert": CertifiedAccuracy(radii),
+            "ecdf": PAEcdf(ECDF_GRID),
+        }
+        for metric in metrics.values():
+            metric.to(device)
+        abstained = 0
+        was_training = pl_module.model.training
+        for result, labels, _ in certify_dataset(
+            pl_module.model,
+            dataset,
+            indices[trainer.global_rank :: trainer.world_size],
+            sigma=sigma,
+            num_classes=trainer.datamodule.num_classes,
+            n0=self.n0,
+            n=self.n,
+            alpha=self.alpha,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            device=device,
+        ):
+            correct = result.predict == np.asarray(labels)
+            pa = pa_true_label(result.pa_hat, correct)
+            abstained += int((result.predict < 0).sum())
+            for metric in metrics.values():
+                metric.update(
+                    torch.as_tensor(result.index),
+                    torch.as_tensor(correct),
+                    torch.as_tensor(result.radius),
+                    torch.as_tensor(pa),
+                )
+        pl_module.model.train(was_training)
+        _, pa = metrics["pa"].compute()
+        values = {"val/acr": metrics["acr"].compute(), "val/pa_mean": pa.mean()}
+        for r, acc in zip(radii, metrics["cert"].compute(), strict=True):
+            values[f"val/certified_accuracy@{r:g}"] = acc
+        abstained = pl_module.all_gather(torch.tensor(abstained, device=device)).sum()
+        values["val/abstain_rate"] = abstained.double() / len(indices)
+        for key, value in values.items():
+            pl_module.log(key, value.float(), sync_dist=False, rank_zero_only=False)
+        ecdf = metrics["ecdf"].compute().cpu().numpy()
+        self.last = {
+            "epoch": trainer.current_epoch,
+            "indices": indices,
+            "metrics": {k: float(v) for k, v in values.items()},
+            "pa_ecdf": {"x": ECDF_GRID.tolist(), "y": ecdf.tolist()},
+            "pa": pa.cpu().numpy(),
+        }
+        if trainer.is_global_zero:
+            self._log_figure(trainer, pa.cpu().numpy())
+
+    def _log_figure(self, trainer: pl.Trainer, pa: np.ndarray) -> None:
+        label = f"epoch {trainer.current_epoch}, n={self.n}"
+        for logger in trainer.loggers:
+            fig = pa_ecdf_figure({label: pa})
+            if isinstance(logger, WandbLogger):
+                import wandb
+
+                logger.experiment.log(
+                    {"val/pa_ecdf": wandb.Image(fig), "trainer/global_step": trainer.global_step}
+                )
+            elif isinstance(logger, TensorBoardLogger):
+                logger.experiment.add_figure("val/pa_ecdf", fig, global_step=trainer.global_step)
+            elif logger.log_dir:
+                folder = Path(logger.log_dir) / "pa_ecdf"
+                folder.mkdir(parents=True, exist_ok=True)
+                save_figure(fig, folder / f"epoch_{trainer.current_epoch:04d}.png")
+                continue
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)

@@ -1,0 +1,194 @@
+"""``certify(cfg)``: CERTIFY a trained checkpoint on a test subset, appending rows to ``certify.tsv``.
+
+Writes ``certify.tsv`` (row by row, resumable), ``settings.json``, ``summary.json`` and two PNG plots
+into ``output_dir``. A rerun into the same folder skips the indices already certified; a rerun with
+different statistical settings (sigma, n0, n, alpha, seed, split, checkpoint) is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from rs_lightning.analysis.metrics import pa_true_label, radius_grid, summarize
+from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
+from rs_lightning.analysis.results import ResultWriter, read_results
+from rs_lightning.data.subset import subset_indices
+from rs_lightning.models.checkpoint import load_classifier, safe_instantiate
+from rs_lightning.smoothing import certify_dataset
+from rs_lightning.smoothing.engine import check_certify_args
+from rs_lightning.smoothing.noise import NOISE_BLOCK
+from rs_lightning.validation import ConfigError, require_positive
+
+from .common import resolve_device
+
+RESUME_KEYS = ("sigma", "n0", "n", "alpha", "seed", "split", "checkpoint_sha256", "noise_block")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def resolve_sigma(cfg: DictConfig, train_sigma: float) -> float:
+    """The checkpoint's sigma, unless ``sigma=`` is given together with ``override_sigma=true``."""
+    if cfg.sigma is None or float(cfg.sigma) == float(train_sigma):
+        return float(train_sigma)
+    require_positive("sigma", cfg.sigma)
+    if not cfg.override_sigma:
+        raise ConfigError(
+            "sigma",
+            cfg.sigma,
+            f"the checkpoint's training sigma {train_sigma}",
+            "To certify at another noise level, add override_sigma=true (it is recorded in settings.json)",
+        )
+    return float(cfg.sigma)
+
+
+def _check_resume(settings_path: Path, settings: dict) -> None:
+    if not settings_path.exists():
+        return
+    old = json.loads(settings_path.read_text())
+    changed = {k: (old.get(k), settings[k]) for k in RESUME_KEYS if old.get(k) != settings[k]}
+    if changed:
+        detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in changed.items())
+        raise ConfigError(
+            "output_dir",
+            str(settings_path.parent),
+            "a folder certified with the same settings",
+            f"It holds results for other settings ({detail}); choose another output_dir so no rows are mixed",
+        )
+
+
+def format_summary(summary: dict) -> str:
+    """A plain-text table of one run's summary."""
+    s = summary["settings"]
+    lines = [
+        f"certified {summary['num_inputs']} inputs  sigma={s['sigma']}  n0={s['n0']}  n={s['n']}  "
+        f"alpha={s['alpha']}",
+        f"  clean accuracy (smoothed)  {summary['clean_accuracy']:.4f}",
+        f"  abstain rate               {summary['abstain_rate']:.4f}",
+        f"  ACR                        {summary['acr']:.4f}",
+        f"  mean pA (true label)       {summary['pa_mean']:.4f}",
+        "  radius   certified accuracy",
+    ]
+    lines += [f"  {float(r):<8g} {a:.4f}" for r, a in summary["certified_accuracy"].items()]
+    ecdf = dict(zip(summary["pa_ecdf"]["x"], summary["pa_ecdf"]["y"], strict=True))
+    lines.append("  pA ECDF: " + "  ".join(f"y({x:g})={ecdf[x]:.3f}" for x in (0.5, 0.9, 0.99, 0.999, 1.0)))
+    return "\n".join(lines)
+
+
+def certify(cfg: DictConfig) -> dict:
+    """Certify ``cfg.checkpoint``; returns the summary dict (also written to ``summary.json``)."""
+    check_certify_args(sigma=cfg.sigma or 1.0, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.batch_size)
+    device = resolve_device(cfg.device)
+    checkpoint = Path(cfg.checkpoint)
+    model, meta = load_classifier(checkpoint, map_location=device)
+    sigma = resolve_sigma(cfg, meta["sigma"])
+    if cfg.get("data") is not None:
+        datamodule = instantiate(cfg.data)
+    else:
+        datamodule = safe_instantiate(meta["data"], ("rs_lightning.data.",))
+    datamodule.prepare_data()
+    dataset = datamodule.dataset(cfg.split)
+    if int(datamodule.num_classes) != int(meta["num_classes"]):
+        raise ConfigError(
+            "data",
+            datamodule.describe().get("name"),
+            f"a dataset with {meta['num_classes']} classes "
+            f"like the checkpoint's, not {datamodule.num_classes}",
+        )
+    indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "sigma": sigma,
+        "train_sigma": float(meta["sigma"]),
+        "sigma_overridden": sigma != float(meta["sigma"]),
+        "n0": cfg.n0,
+        "n": cfg.n,
+        "alpha": cfg.alpha,
+        "seed": cfg.seed,
+        "split": cfg.split,
+        "batch_size": cfg.batch_size,
+        "noise_block": NOISE_BLOCK,
+        "device": device.type,
+        "subset": {"skip": cfg.skip, "start": cfg.start, "max": cfg.max, "num_inputs": len(indices)},
+        "checkpoint": str(checkpoint.resolve()),
+        "checkpoint_sha256": _sha256(checkpoint),
+        "model": meta["model"],
+        "data": datamodule.describe(),
+        "sampling": "cohen",
+    }
+    _check_resume(out / "settings.json", settings)
+    (out / "settings.json").write_text(json.dumps(settings, indent=2))
+
+    with ResultWriter(out / "certify.tsv") as writer:
+        todo = [i for i in indices if i not in writer.done]
+        progress = tqdm(
+            total=len(indices),
+            initial=len(indices) - len(todo),
+            unit="input",
+            desc="certify",
+            dynamic_ncols=True,
+            mininterval=1.0,
+        )
+        for result, labels, seconds in certify_dataset(
+            model,
+            dataset,
+            todo,
+            sigma=sigma,
+            num_classes=int(meta["num_classes"]),
+            n0=cfg.n0,
+            n=cfg.n,
+            alpha=cfg.alpha,
+            batch_size=cfg.batch_size,
+            seed=cfg.seed,
+            device=device,
+        ):
+            for j, label in enumerate(labels):
+                predict = int(result.predict[j])
+                writer.write(
+                    {
+                        "idx": result.index[j],
+                        "label": label,
+                        "predict": predict,
+                        "radius": result.radius[j],
+                        "correct": int(predict == label),
+                        "time": seconds,
+                        "nA": result.n_a[j],
+                        "n": result.n,
+                        "pA_lower": result.pa_lower[j],
+                        "pA_hat": result.pa_hat[j],
+                        "n0": result.n0,
+                        "nA0": result.n_a0[j],
+                    }
+                )
+            progress.update(len(labels))
+        progress.close()
+
+    rows = read_results(out / "certify.tsv")
+    keep = np.isin(rows["idx"], indices)
+    rows = {k: v[keep] for k, v in rows.items()}
+    radii = radius_grid(sigma, cfg.n, cfg.alpha, cfg.radius_step)
+    summary = summarize(rows["radius"], rows["correct"], rows["predict"], rows["pA_hat"], radii=radii)
+    summary["settings"] = settings
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    label = f"sigma={sigma:g}, n={cfg.n}"
+    save_figure(
+        certified_accuracy_figure({label: (rows["radius"], rows["correct"])}), out / "certified_accuracy.png"
+    )
+    save_figure(pa_ecdf_figure({label: pa_true_label(rows["pA_hat"], rows["correct"])}), out / "pa_ecdf.png")
+    print(format_summary(summary))
+    print(f"results: {out}")
+    return summary

@@ -1,0 +1,46 @@
+"""Helpers shared by the command-line entry points."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rs_lightning.analysis.results import ResultFileError
+from rs_lightning.data.base import DatasetNotFoundError
+from rs_lightning.models.checkpoint import CheckpointError
+from rs_lightning.validation import ConfigError
+
+USER_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, ResultFileError)
+
+
+def run_or_exit(function: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
+    """Run an entry point; a user error prints one line ``error: ...`` and exits with status 2."""
+    try:
+        return function(cfg)
+    except USER_ERRORS as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def plain(cfg: DictConfig | None) -> Any:
+    """A resolved plain-Python copy of a config node (storable in checkpoints and JSON)."""
+    return None if cfg is None else OmegaConf.to_container(cfg, resolve=True)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA if available, else CPU; otherwise ``torch.device(name)``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError("device", name, "auto, cpu, cuda or cuda:<index>") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "device", name, "a device that exists here", "no CUDA device is available; use device=cpu"
+        )
+    return device

@@ -1,0 +1,123 @@
+"""The LightningModule every training method shares.
+
+It owns the base classifier (normalization included), sigma, optimizer and scheduler from config, noisy
+validation accuracy, the logged names (``train/loss``, ``val/acc_noisy``, ``val/loss``), per-rank noise
+seeding and the checkpoint metadata that ``certify.py`` needs. A method overrides :meth:`training_loss`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MeanMetric
+
+from rs_lightning.models.checkpoint import CHECKPOINT_KEY
+from rs_lightning.validation import require_positive
+
+
+class SmoothingMethod(pl.LightningModule):
+    """Base of all training methods.
+
+    Args:
+        model: base classifier f (its first layer is the normalization); maps [0,1] inputs to logits.
+        sigma: noise level in [0,1]-pixel units; Gaussian noise is added before normalization, never clipped.
+        optimizer: ``params -> Optimizer`` (a Hydra ``_partial_``).
+        scheduler: optional ``optimizer -> LRScheduler``, stepped once per epoch.
+        noise_seed: base seed of the training-noise generator; rank r uses ``(noise_seed, r)``.
+        metadata: what certification needs (sigma, model/data config, normalization, classes), saved in
+            every checkpoint under ``"rs_lightning"``.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sigma: float,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        scheduler: Callable[..., Any] | None = None,
+        noise_seed: int = 0,
+        metadata: dict | None = None,
+    ) -> None:
+        super().__init__()
+        require_positive("sigma", sigma)
+        self.model = model
+        self.sigma = float(sigma)
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.noise_seed = int(noise_seed)
+        self.metadata = dict(metadata or {})
+        self.val_acc_noisy = MeanMetric()
+        self.val_loss = MeanMetric()
+        self._train_generator: torch.Generator | None = None
+        self._val_generator: torch.Generator | None = None
+
+    # ----------------------------------------------------------------- noise
+    def _generator(self, stream: int) -> torch.Generator:
+        seed = np.random.SeedSequence([self.noise_seed, self.global_rank, stream]).generate_state(1)[0]
+        return torch.Generator(device=self.device).manual_seed(int(seed))
+
+    @property
+    def noise_generator(self) -> torch.Generator:
+        """Training-noise generator of this rank (created on the module's device, restored on resume)."""
+        if self._train_generator is None or self._train_generator.device != self.device:
+            self._train_generator = self._generator(0)
+        return self._train_generator
+
+    def gaussian_noise(self, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``sigma * N(0, I)`` shaped like ``like``."""
+        gen = generator or self.noise_generator
+        return self.sigma * torch.randn(like.shape, generator=gen, device=like.device, dtype=like.dtype)
+
+    def add_noise(self, x: torch.Tensor) -> torch.Tensor:
+        """One noisy view ``x + delta``, ``delta ~ N(0, sigma^2 I)`` in pixel space (no clipping)."""
+        return x + self.gaussian_noise(x)
+
+    # ---------------------------------------------------------------- hooks
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def training_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The method's loss on a loader batch of clean inputs ``x`` in [0,1] and labels ``y``."""
+        raise NotImplementedError
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = self.training_loss(x, y)
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(x))
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_generator = self._generator(1)  # the same validation noise every epoch
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        """Accuracy of the base classifier under one noise draw per test input (Cohen et al.'s train.py)."""
+        x, y = batch
+        if self._val_generator is None:
+            self._val_generator = self._generator(1)
+        logits = self.model(x + self.gaussian_noise(x, self._val_generator))
+        self.val_acc_noisy.update((logits.argmax(dim=1) == y).float())
+        self.val_loss.update(F.cross_entropy(logits, y, reduction="none"))
+        self.log("val/acc_noisy", self.val_acc_noisy, prog_bar=True, on_epoch=True, batch_size=len(x))
+        self.log("val/loss", self.val_loss, on_epoch=True, batch_size=len(x))
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer_factory(params=self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer=optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+
+    # ----------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[CHECKPOINT_KEY] = {**self.metadata, "sigma": self.sigma}
+        checkpoint["rs_lightning_noise_state"] = self.noise_generator.get_state()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("rs_lightning_noise_state")
+        if state is not None:
+            self.noise_generator.set_state(state.cpu() if self.device.type == "cpu" else state)

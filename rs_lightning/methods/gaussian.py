@@ -1,0 +1,18 @@
+"""Gaussian data augmentation (Cohen, Rosenfeld & Kolter, ICML 2019, §4 / locuslab/smoothing train.py)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import SmoothingMethod
+
+
+class GaussianAugmentation(SmoothingMethod):
+    """min_theta E_(x,y) E_delta CE(f(x + delta), y): one fresh delta ~ N(0, sigma^2 I) per image per step.
+
+    Loss per step: L = (1/B) sum_i CE(f(x_i + delta_i), y_i) (methods-core.md §2).
+    """
+
+    def training_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.model(self.add_noise(x)), y)

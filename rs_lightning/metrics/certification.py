@@ -1,0 +1,106 @@
+"""torchmetrics Metrics over per-input smoothing results: pA estimates, ACR, certified accuracy, pA ECDF.
+
+Every metric keeps per-input records (``dist_reduce_fx="cat"``) keyed by dataset index and drops repeated
+indices at ``compute``, so the padding a DistributedSampler adds is never counted twice. Their functional
+twins are in :mod:`rs_lightning.analysis.metrics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
+
+from rs_lightning.analysis.metrics import ECDF_GRID
+
+
+class _PerInputMetric(Metric):
+    """Base: ``update(index, correct, radius, pa)`` with one entry per certified input.
+
+    ``pa`` is p̂A w.r.t. the true label (0 for wrong or abstained inputs), as in Sun et al. 2025.
+    """
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        for name in ("index", "correct", "radius", "pa"):
+            self.add_state(name, default=[], dist_reduce_fx="cat")
+
+    def update(
+        self, index: torch.Tensor, correct: torch.Tensor, radius: torch.Tensor, pa: torch.Tensor
+    ) -> None:
+        tensors = [torch.as_tensor(t, device=self.device).flatten() for t in (index, correct, radius, pa)]
+        if len({t.numel() for t in tensors}) != 1:
+            raise ValueError(
+                f"index, correct, radius and pa must have equal length, got {[t.numel() for t in tensors]}"
+            )
+        index, correct, radius, pa = tensors
+        self.index.append(index.long())
+        self.correct.append(correct.bool())
+        self.radius.append(radius.double())
+        self.pa.append(pa.double())
+
+    def records(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(index, correct, radius, pa) with one entry per distinct index, sorted by index."""
+        if not self.index or (isinstance(self.index, list) and not self.index):
+            empty = torch.zeros(0, device=self.device)
+            return empty.long(), empty.bool(), empty.double(), empty.double()
+        index, correct, radius, pa = (
+            dim_zero_cat(s) for s in (self.index, self.correct, self.radius, self.pa)
+        )
+        order = torch.argsort(index, stable=True)
+        index = index[order]
+        first = torch.ones_like(index, dtype=torch.bool)
+        first[1:] = index[1:] != index[:-1]
+        keep = order[first]
+        return index[first], correct[keep], radius[keep], pa[keep]
+
+
+class PAEstimates(_PerInputMetric):
+    """Per-input p̂A (true label; 0 if wrong/abstained). ``compute`` → ``(index, pa)``; ``mean`` → mean p̂A."""
+
+    def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
+        index, _, _, pa = self.records()
+        return index, pa
+
+
+class AverageCertifiedRadius(_PerInputMetric):
+    """ACR = mean over inputs of radius·1[correct] (Zhai et al. 2020, MACER)."""
+
+    def compute(self) -> torch.Tensor:
+        _, correct, radius, _ = self.records()
+        return torch.where(correct, radius, 0.0).mean() if correct.numel() else radius.new_zeros(())
+
+
+class CertifiedAccuracy(_PerInputMetric):
+    """Share of inputs correct with radius >= r, for each r of ``radii`` (Cohen et al. 2019)."""
+
+    def __init__(self, radii: Sequence[float], **kwargs):
+        super().__init__(**kwargs)
+        self.radii = [float(r) for r in radii]
+
+    def compute(self) -> torch.Tensor:
+        _, correct, radius, _ = self.records()
+        radii = torch.tensor(self.radii, dtype=torch.float64, device=self.device)
+        if not correct.numel():
+            return torch.zeros_like(radii)
+        return ((radius[None, :] >= radii[:, None]) & correct[None, :]).double().mean(dim=1)
+
+
+class PAEcdf(_PerInputMetric):
+    """pA ECDF y(x) = share of inputs with p̂A >= x on ``grid`` (Sun et al. 2025, ICML)."""
+
+    def __init__(self, grid: Sequence[float] = tuple(ECDF_GRID), **kwargs):
+        super().__init__(**kwargs)
+        self.grid = [float(x) for x in grid]
+
+    def compute(self) -> torch.Tensor:
+        _, _, _, pa = self.records()
+        grid = torch.tensor(self.grid, dtype=torch.float64, device=self.device)
+        if not pa.numel():
+            return torch.zeros_like(grid)
+        return (pa[None, :] >= grid[:, None] - 1e-12).double().mean(dim=1)

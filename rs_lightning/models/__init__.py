@@ -1,0 +1,18 @@
+"""Architectures (logits from [0,1] inputs) and the normalization layer that precedes them."""
+
+from rs_lightning.models.cifar_resnet import BasicBlock, CIFARResNet
+from rs_lightning.models.digits import MLP, DigitsCNN
+from rs_lightning.models.imagenet import resnet50
+from rs_lightning.models.lenet import LeNet
+from rs_lightning.models.normalize import Normalize, build_classifier
+
+__all__ = [
+    "MLP",
+    "BasicBlock",
+    "CIFARResNet",
+    "DigitsCNN",
+    "LeNet",
+    "Normalize",
+    "build_classifier",
+    "resnet50",
+]

@@ -1,0 +1,36 @@
+"""Checks for values that are easy to get wrong; each error names the key, the value and the allowed range."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration value outside its meaning. Raised before any work starts."""
+
+    def __init__(self, key: str, value, allowed: str, hint: str = ""):
+        self.key, self.value, self.allowed = key, value, allowed
+        message = f"{key}={value!r} is invalid: {key} must be {allowed}"
+        super().__init__(message + (f". {hint}" if hint else ""))
+
+
+def _number(key: str, value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(key, value, "a number")
+    return value
+
+
+def require_positive(key: str, value) -> None:
+    """``value > 0``."""
+    if _number(key, value) <= 0:
+        raise ConfigError(key, value, "> 0")
+
+
+def require_at_least(key: str, value, minimum: int) -> None:
+    """Integer ``value >= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(key, value, f"an integer >= {minimum}")
+
+
+def require_open_unit(key: str, value) -> None:
+    """``0 < value < 1``."""
+    if not 0 < _number(key, value) < 1:
+        raise ConfigError(key, value, "in the open interval (0, 1)")

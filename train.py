@@ -1,0 +1,17 @@
+"""Train a base classifier for randomized smoothing: ``python train.py method=gaussian sigma=0.5``."""
+
+import hydra
+from omegaconf import DictConfig
+
+from rs_lightning.cli.common import run_or_exit
+from rs_lightning.cli.train import train
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    result = run_or_exit(train, cfg)
+    return result["metrics"].get(cfg.get("optimized_metric")) if cfg.get("optimized_metric") else None
+
+
+if __name__ == "__main__":
+    main()
