@@ -1,0 +1,106 @@
+"""The data-module interface the rest of rs-lightning relies on.
+
+Every module yields ``(x, y)`` with x a float32 CHW tensor in [0,1] (``ToTensor`` convention, no
+normalization: that is the model's first layer, methods-core.md §0) and y an int. Validation uses the
+**test** split, as Cohen et al.'s train.py does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+SPLITS = ("train", "test")
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """The data is not on disk; the message names the paths searched and how to get the data."""
+
+
+class RSDataModule(pl.LightningDataModule):
+    """Base data module: splits ``train`` (augmented) and ``test`` (never augmented).
+
+    After ``prepare_data()`` and ``setup()`` these attributes are set: ``num_classes``, ``class_names``,
+    ``input_shape`` (C, H, W), ``mean`` and ``std`` (None = identity normalization). Subclasses implement
+    ``_load() -> {split: Dataset}`` (setting the attributes) and may extend ``describe()``.
+
+    Args:
+        batch_size: training batch size.
+        num_workers: DataLoader worker processes.
+        val_batch_size: validation batch size (defaults to ``batch_size``).
+    """
+
+    name: ClassVar[str] = "base"
+    num_classes: int
+    class_names: list[str]
+    input_shape: tuple[int, int, int]
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+
+    def __init__(
+        self, batch_size: int = 256, num_workers: int = 0, val_batch_size: int | None = None
+    ) -> None:
+        super().__init__()
+        if int(batch_size) < 1 or (val_batch_size is not None and int(val_batch_size) < 1):
+            raise ValueError(f"batch sizes must be >= 1, got batch_size={batch_size}, val={val_batch_size}")
+        if int(num_workers) < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.batch_size = int(batch_size)
+        self.num_workers = int(num_workers)
+        self.val_batch_size = int(val_batch_size) if val_batch_size is not None else self.batch_size
+        self._datasets: dict[str, Dataset] | None = None
+
+    def _load(self) -> dict[str, Dataset]:
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the splits once; later calls are free."""
+        if self._datasets is None:
+            self._datasets = self._load()
+
+    def dataset(self, split: str) -> Dataset:
+        """The ``train`` (augmented) or ``test`` (not augmented) dataset; calls ``setup()`` if needed."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+        self.setup()
+        assert self._datasets is not None
+        if split not in self._datasets:
+            raise DatasetNotFoundError(f"{self.name}: split {split!r} is not available ({self.describe()})")
+        return self._datasets[split]
+
+    def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            self.dataset(split),
+            batch_size=batch_size,
+            shuffle=shuffle,
+            drop_last=False,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        """The test split, unshuffled (Cohen et al. validate on the test set)."""
+        return self._loader("test", self.val_batch_size, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.val_batch_size, shuffle=False)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description recorded in result files (subclasses add root/path/source)."""
+        self.setup()
+        assert self._datasets is not None
+        return {
+            "name": self.name,
+            "num_classes": self.num_classes,
+            "input_shape": list(self.input_shape),
+            "mean": list(self.mean) if self.mean is not None else None,
+            "std": list(self.std) if self.std is not None else None,
+            "splits": {k: len(v) for k, v in self._datasets.items()},  # type: ignore[arg-type]
+        }

@@ -1,0 +1,26 @@
+"""Test-subset selection shared by ``certify.py`` and the certification callback."""
+
+from __future__ import annotations
+
+from rs_lightning.validation import ConfigError, require_at_least
+
+
+def subset_indices(size: int, skip: int = 1, start: int = 0, max: int | None = None) -> list[int]:  # noqa: A002
+    """Indices ``start, start+skip, ...`` below ``min(size, max)`` (Cohen et al.'s certify.py ``--skip``/``--max``;
+    ``start`` as MACER's ``start_img``)."""
+    require_at_least("skip", skip, 1)
+    require_at_least("start", start, 0)
+    if max is not None:
+        require_at_least("max", max, 1)
+    stop = size if max is None else min(size, max)
+    if start >= stop:
+        raise ConfigError("start", start, f"below min(dataset size {size}, max={max})")
+    return list(range(start, stop, skip))
+
+
+def evenly_spaced(size: int, count: int) -> list[int]:
+    """``count`` indices spaced by ``skip = size // count`` from 0: equal to
+    ``subset_indices(size, skip, 0, skip * count)``, so certify.py can reproduce the subset."""
+    require_at_least("num_inputs", count, 1)
+    skip = max(1, size // count)
+    return subset_indices(size, skip=skip, start=0, max=skip * min(count, size))
