@@ -43,12 +43,26 @@ def _format(column: str, value) -> str:
     return f"{float(value):.10g}"
 
 
-def _parse_line(line: str, header: list[str], path: Path, lineno: int) -> dict | None:
+def _seconds(value: str) -> float:
+    """Seconds from ``12.5`` or Cohen's timedelta text ``H:MM:SS.ffffff``."""
+    if ":" not in value:
+        return float(value)
+    hours, minutes, seconds = value.split(":")
+    return 3600 * int(hours) + 60 * int(minutes) + float(seconds)
+
+
+def _parse(column: str, value: str):
+    if column in _INT_COLUMNS:
+        return int(value)
+    return _seconds(value) if column == "time" else float(value)
+
+
+def _parse_line(line: str, header: list[str]) -> dict | None:
     fields = line.split("\t")
     if len(fields) != len(header):
         return None
     try:
-        return {c: (int(v) if c in _INT_COLUMNS else float(v)) for c, v in zip(header, fields, strict=True)}
+        return {c: _parse(c, v) for c, v in zip(header, fields, strict=True)}
     except ValueError:
         return None
 
@@ -67,7 +81,7 @@ def read_results(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise ResultFileError(f"{path} lacks the columns {missing}; its header is {header}")
     rows = []
     for lineno, line in enumerate(lines[1:], start=2):
-        row = _parse_line(line, header, path, lineno)
+        row = _parse_line(line, header)
         if row is None:
             if lineno == len(lines):
                 continue  # an incomplete last row from a killed run: not a result
@@ -109,7 +123,7 @@ class ResultWriter:
         good_end = len(lines[0]) + 1
         complete = lines[1:-1]  # text ends with "\n" when every row is complete; the tail is then ""
         for lineno, line in enumerate(complete, start=2):
-            row = _parse_line(line, header, self.path, lineno)
+            row = _parse_line(line, header)
             if row is None:
                 if lineno - 1 == len(complete) and lines[-1] == "":
                     break  # corrupt final line (e.g. killed mid-write and later appended nothing)

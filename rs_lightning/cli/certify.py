@@ -24,7 +24,7 @@ from rs_lightning.models.checkpoint import load_classifier, safe_instantiate
 from rs_lightning.smoothing import certify_dataset
 from rs_lightning.smoothing.engine import check_certify_args
 from rs_lightning.smoothing.noise import NOISE_BLOCK
-from rs_lightning.validation import ConfigError, require_positive
+from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 from .common import resolve_device
 
@@ -87,9 +87,20 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def validate_certify_config(cfg: DictConfig) -> None:
+    """Check values that are easy to get wrong, before any work."""
+    check_certify_args(sigma=cfg.sigma or 1.0, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.batch_size)
+    require_at_least("skip", cfg.skip, 1)
+    require_at_least("start", cfg.start, 0)
+    if cfg.max is not None:
+        require_at_least("max", cfg.max, cfg.start + 1)
+    if cfg.split not in ("train", "test"):
+        raise ConfigError("split", cfg.split, "train or test")
+
+
 def certify(cfg: DictConfig) -> dict:
     """Certify ``cfg.checkpoint``; returns the summary dict (also written to ``summary.json``)."""
-    check_certify_args(sigma=cfg.sigma or 1.0, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.batch_size)
+    validate_certify_config(cfg)
     device = resolve_device(cfg.device)
     checkpoint = Path(cfg.checkpoint)
     model, meta = load_classifier(checkpoint, map_location=device)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 from hydra.utils import instantiate
+from lightning.pytorch.callbacks import LearningRateMonitor
 from omegaconf import DictConfig
 
 from rs_lightning import __version__
@@ -57,6 +58,8 @@ def train(cfg: DictConfig) -> dict:
     method.metadata = checkpoint_metadata(cfg, datamodule)  # not via instantiate: it holds _target_ strings
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    if not loggers:  # nothing to report learning rates to
+        callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(plain(cfg))

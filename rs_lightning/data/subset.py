@@ -6,8 +6,10 @@ from rs_lightning.validation import ConfigError, require_at_least
 
 
 def subset_indices(size: int, skip: int = 1, start: int = 0, max: int | None = None) -> list[int]:  # noqa: A002
-    """Indices ``start, start+skip, ...`` below ``min(size, max)`` (Cohen et al.'s certify.py ``--skip``/``--max``;
-    ``start`` as MACER's ``start_img``)."""
+    """Indices ``start, start+skip, ...`` below ``min(size, max)``.
+
+    ``skip``/``max`` as in Cohen et al.'s certify.py, ``start`` as MACER's ``start_img``.
+    """
     require_at_least("skip", skip, 1)
     require_at_least("start", start, 0)
     if max is not None:

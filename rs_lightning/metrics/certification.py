@@ -15,6 +15,8 @@ from torchmetrics.utilities import dim_zero_cat
 
 from rs_lightning.analysis.metrics import ECDF_GRID
 
+_STATE_DTYPES = {"index": torch.long, "correct": torch.bool, "radius": torch.float64, "pa": torch.float64}
+
 
 class _PerInputMetric(Metric):
     """Base: ``update(index, correct, radius, pa)`` with one entry per certified input.
@@ -29,6 +31,15 @@ class _PerInputMetric(Metric):
         super().__init__(**kwargs)
         for name in ("index", "correct", "radius", "pa"):
             self.add_state(name, default=[], dist_reduce_fx="cat")
+
+    def _sync_dist(self, *args, **kwargs) -> None:
+        # A rank that certified nothing must still send tensors of the right dtype (torchmetrics would
+        # send a float32 placeholder, which gloo/NCCL cannot gather with the other ranks' int64/bool).
+        for name, dtype in _STATE_DTYPES.items():
+            state = getattr(self, name)
+            if isinstance(state, list) and not state:
+                state.append(torch.zeros(0, dtype=dtype, device=self.device))
+        super()._sync_dist(*args, **kwargs)
 
     def update(
         self, index: torch.Tensor, correct: torch.Tensor, radius: torch.Tensor, pa: torch.Tensor
@@ -46,11 +57,11 @@ class _PerInputMetric(Metric):
 
     def records(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(index, correct, radius, pa) with one entry per distinct index, sorted by index."""
-        if not self.index or (isinstance(self.index, list) and not self.index):
+        if isinstance(self.index, list) and not self.index:
             empty = torch.zeros(0, device=self.device)
             return empty.long(), empty.bool(), empty.double(), empty.double()
         index, correct, radius, pa = (
-            dim_zero_cat(s) for s in (self.index, self.correct, self.radius, self.pa)
+            dim_zero_cat(getattr(self, name)).to(dtype) for name, dtype in _STATE_DTYPES.items()
         )
         order = torch.argsort(index, stable=True)
         index = index[order]
@@ -61,7 +72,7 @@ class _PerInputMetric(Metric):
 
 
 class PAEstimates(_PerInputMetric):
-    """Per-input p̂A (true label; 0 if wrong/abstained). ``compute`` → ``(index, pa)``; ``mean`` → mean p̂A."""
+    """Per-input p̂A (true label; 0 if wrong/abstained). ``compute`` → ``(index, pa)`` sorted by index."""
 
     def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
         index, _, _, pa = self.records()
