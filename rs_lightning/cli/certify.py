@@ -26,7 +26,7 @@ from rs_lightning.smoothing.engine import check_certify_args
 from rs_lightning.smoothing.noise import NOISE_BLOCK
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
-from .common import resolve_device
+from .common import resolve_device, tune_cpu_allocator
 
 RESUME_KEYS = ("sigma", "n0", "n", "alpha", "seed", "split", "checkpoint_sha256", "noise_block")
 
@@ -102,6 +102,8 @@ def certify(cfg: DictConfig) -> dict:
     """Certify ``cfg.checkpoint``; returns the summary dict (also written to ``summary.json``)."""
     validate_certify_config(cfg)
     device = resolve_device(cfg.device)
+    if device.type == "cpu":
+        tune_cpu_allocator()
     checkpoint = Path(cfg.checkpoint)
     model, meta = load_classifier(checkpoint, map_location=device)
     sigma = resolve_sigma(cfg, meta["sigma"])

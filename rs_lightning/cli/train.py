@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning.pytorch as pl
+import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor
 from omegaconf import DictConfig
@@ -13,7 +14,7 @@ from rs_lightning import __version__
 from rs_lightning.models import build_classifier
 from rs_lightning.validation import require_positive
 
-from .common import plain
+from .common import plain, tune_cpu_allocator
 
 
 def validate_train_config(cfg: DictConfig) -> None:
@@ -43,6 +44,8 @@ def train(cfg: DictConfig) -> dict:
     """Train the configured method; returns ``{"checkpoint": path, "metrics": {...}, "output_dir": ...}``."""
     validate_train_config(cfg)
     pl.seed_everything(cfg.seed, workers=True)
+    if not torch.cuda.is_available():
+        tune_cpu_allocator()
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")
