@@ -53,15 +53,14 @@ def certify_config(tmp_path: Path, checkpoint: str | Path, overrides: list[str] 
 
 @pytest.fixture(scope="session")
 def trained_digits(tmp_path_factory) -> dict:
-    """Gaussian training on digits for a few epochs (sigma 0.25), with the certification callback on."""
+    """The demo's training (`make demo`: gaussian, sigma 0.25, digits defaults), callback every 10 epochs."""
     from rs_lightning.cli.train import train
 
     out = tmp_path_factory.mktemp("digits_run")
     cfg = train_config(
         out,
         [
-            "optim.max_epochs=6",
-            "callbacks.certification.every_n_epochs=3",
+            "callbacks.certification.every_n_epochs=10",
             "callbacks.certification.num_inputs=24",
             "callbacks.certification.n=200",
             "callbacks.certification.batch_size=300",

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from rs_lightning import __version__
 from rs_lightning.models import build_classifier
-from rs_lightning.validation import require_positive
+from rs_lightning.validation import require_at_least, require_positive
 
 from .common import plain, tune_cpu_allocator
 
@@ -20,6 +20,8 @@ from .common import plain, tune_cpu_allocator
 def validate_train_config(cfg: DictConfig) -> None:
     """Check values that are easy to get wrong, before any work."""
     require_positive("sigma", cfg.sigma)
+    require_at_least("data.batch_size", cfg.data.batch_size, 1)
+    require_at_least("optim.max_epochs", cfg.optim.max_epochs, 1)
 
 
 def checkpoint_metadata(cfg: DictConfig, datamodule) -> dict:

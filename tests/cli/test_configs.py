@@ -2,11 +2,13 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import CONF, compose_config, shared_data_dir, train_config
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from rs_lightning.cli.train import train
+from rs_lightning.validation import ConfigError
 
 
 def options(group: str) -> list[str]:
@@ -63,3 +65,43 @@ def test_fast_dev_run_on_shared_npz_data(tmp_path, path, model):
         )
     )
     assert result["metrics"]["train/loss_step"] > 0
+
+
+def test_the_readme_mnist_command_runs(tmp_path):
+    """`python train.py method=gaussian sigma=0.5 data=mnist model=lenet` on torchvision's MNIST layout."""
+    rng = np.random.default_rng(0)
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name, shape in [
+        ("train-images-idx3-ubyte", (64, 28, 28)),
+        ("train-labels-idx1-ubyte", (64,)),
+        ("t10k-images-idx3-ubyte", (16, 28, 28)),
+        ("t10k-labels-idx1-ubyte", (16,)),
+    ]:
+        array = rng.integers(0, 10 if len(shape) == 1 else 256, shape, dtype=np.uint8)
+        header = bytes([0, 0, 0x08, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
+        (raw / name).write_bytes(header + array.tobytes())
+    result = train(
+        train_config(
+            tmp_path / "run",
+            [
+                "method=gaussian",
+                "sigma=0.5",
+                "data=mnist",
+                "model=lenet",
+                f"data.root={tmp_path}",
+                "debug=fast_dev_run",
+                "logger=none",
+            ],
+        )
+    )
+    assert result["metrics"]["train/loss_step"] > 0
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [("data.batch_size=0", "data.batch_size"), ("optim.max_epochs=0", "optim.max_epochs")],
+)
+def test_bad_training_values_name_the_key(tmp_path, override, key):
+    with pytest.raises(ConfigError, match=rf"^{key}=0 is invalid"):
+        train(train_config(tmp_path, [override]))

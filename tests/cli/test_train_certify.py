@@ -40,10 +40,10 @@ def test_callback_numbers_equal_certify_numbers(trained_digits, tmp_path):
     assert logged["val/abstain_rate"] == pytest.approx(summary["abstain_rate"], abs=1e-6)
 
 
-def test_certify_outputs_and_smoothed_accuracy_far_above_chance(trained_digits, tmp_path):
+def test_certify_outputs_and_demo_accuracy_far_above_chance(trained_digits, tmp_path):
     summary = certify(certify_config(tmp_path, trained_digits["checkpoint"], ["n=500", "skip=6"]))
     assert summary["num_inputs"] == 60
-    assert summary["clean_accuracy"] > 0.6  # chance is 0.1
+    assert summary["clean_accuracy"] > 0.85  # chance is 0.1; the demo measured 0.98 on all 360 inputs
     assert summary["acr"] > 0.1
     for name in ("certify.tsv", "summary.json", "settings.json", "certified_accuracy.png", "pa_ecdf.png"):
         assert (tmp_path / name).stat().st_size > 0
