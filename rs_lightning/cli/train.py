@@ -61,6 +61,7 @@ def train(cfg: DictConfig) -> dict:
         noise_seed=cfg.seed,
     )
     method.metadata = checkpoint_metadata(cfg, datamodule)  # not via instantiate: it holds _target_ strings
+    datamodule.train_with_index = method.needs_sample_index
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
     if not loggers:  # nothing to report learning rates to

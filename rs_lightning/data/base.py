@@ -16,6 +16,20 @@ from torch.utils.data import DataLoader, Dataset
 SPLITS = ("train", "test")
 
 
+class IndexedDataset(Dataset):
+    """Wraps a dataset so that items are ``(x, y, index)``: for methods with per-sample state."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int):
+        x, y = self.dataset[i]
+        return x, y, i
+
+
 class DatasetNotFoundError(FileNotFoundError):
     """The data is not on disk; the message names the paths searched and how to get the data."""
 
@@ -52,6 +66,8 @@ class RSDataModule(pl.LightningDataModule):
         self.num_workers = int(num_workers)
         self.val_batch_size = int(val_batch_size) if val_batch_size is not None else self.batch_size
         self._datasets: dict[str, Dataset] | None = None
+        self.train_with_index = False
+        """If True, training batches are ``(x, y, index)`` (set by methods that keep per-sample state)."""
 
     def _load(self) -> dict[str, Dataset]:
         raise NotImplementedError
@@ -71,9 +87,9 @@ class RSDataModule(pl.LightningDataModule):
             raise DatasetNotFoundError(f"{self.name}: split {split!r} is not available ({self.describe()})")
         return self._datasets[split]
 
-    def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
         return DataLoader(
-            self.dataset(split),
+            dataset,
             batch_size=batch_size,
             shuffle=shuffle,
             drop_last=False,
@@ -83,14 +99,17 @@ class RSDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", self.batch_size, shuffle=True)
+        dataset = self.dataset("train")
+        return self._loader(
+            IndexedDataset(dataset) if self.train_with_index else dataset, self.batch_size, True
+        )
 
     def val_dataloader(self) -> DataLoader:
         """The test split, unshuffled (Cohen et al. validate on the test set)."""
-        return self._loader("test", self.val_batch_size, shuffle=False)
+        return self._loader(self.dataset("test"), self.val_batch_size, shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", self.val_batch_size, shuffle=False)
+        return self._loader(self.dataset("test"), self.val_batch_size, shuffle=False)
 
     def describe(self) -> dict[str, Any]:
         """JSON-able description recorded in result files (subclasses add root/path/source)."""

@@ -3,6 +3,13 @@
 It owns the base classifier (normalization included), sigma, optimizer and scheduler from config, noisy
 validation accuracy, the logged names (``train/loss``, ``val/acc_noisy``, ``val/loss``), per-rank noise
 seeding and the checkpoint metadata that ``certify.py`` needs. A method overrides :meth:`training_loss`.
+
+**Step semantics.** Optimization is manual: each loader batch of B images is split into ``num_chunks``
+chunks of ⌊B / num_chunks⌋ images (the remainder is dropped, as in SmoothAdv's ``train_pgd.py``), and every
+chunk is one optimizer step. ``num_chunks = 1`` (Gaussian, MACER) is one step per loader batch;
+SmoothAdv's multi-noise training, Consistency, SmoothMix and CAT-RS set it to their number of noise draws
+m, so one step sees B/m distinct images × m noises (methods-advanced.md §0 "m-chunking"). The LR
+scheduler steps once per epoch, after it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from rs_lightning.models.checkpoint import CHECKPOINT_KEY
-from rs_lightning.validation import require_positive
+from rs_lightning.validation import require_at_least, require_positive
 
 
 class SmoothingMethod(pl.LightningModule):
@@ -32,7 +39,11 @@ class SmoothingMethod(pl.LightningModule):
         noise_seed: base seed of the training-noise generator; rank r uses ``(noise_seed, r)``.
         metadata: what certification needs (sigma, model/data config, normalization, classes), saved in
             every checkpoint under ``"rs_lightning"``.
+        num_chunks: optimizer steps per loader batch (see the module docstring).
     """
+
+    needs_sample_index: bool = False
+    """Set by methods that keep per-sample state: training batches then carry dataset indices."""
 
     def __init__(
         self,
@@ -42,9 +53,13 @@ class SmoothingMethod(pl.LightningModule):
         scheduler: Callable[..., Any] | None = None,
         noise_seed: int = 0,
         metadata: dict | None = None,
+        num_chunks: int = 1,
     ) -> None:
         super().__init__()
         require_positive("sigma", sigma)
+        require_at_least("num_chunks", num_chunks, 1)
+        self.automatic_optimization = False
+        self.num_chunks = int(num_chunks)
         self.model = model
         self.sigma = float(sigma)
         self.optimizer_factory = optimizer
@@ -77,19 +92,57 @@ class SmoothingMethod(pl.LightningModule):
         """One noisy view ``x + delta``, ``delta ~ N(0, sigma^2 I)`` in pixel space (no clipping)."""
         return x + self.gaussian_noise(x)
 
+    def noisy_copies(self, x: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``m`` noisy copies per image, **image-major** (x1, x1, ..., x2, x2, ...): returns
+        ``(repeated x of shape (B*m, ...), noise of the same shape)``; use
+        :func:`rs_lightning.attacks.noise_copies` to view them as ``(m, B, ...)``."""
+        repeated = x.repeat_interleave(m, dim=0)
+        return repeated, self.gaussian_noise(repeated)
+
+    def warmup(self, epochs: int) -> float:
+        """Linear warm-up factor ``min(1, (e + 1) / epochs)`` at the current 0-based epoch ``e``
+        (SmoothAdv's epsilon, SmoothMix's eta); 1 when ``epochs <= 1``."""
+        return 1.0 if epochs <= 1 else min(1.0, (self.current_epoch + 1) / epochs)
+
     # ---------------------------------------------------------------- hooks
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
 
-    def training_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The method's loss on a loader batch of clean inputs ``x`` in [0,1] and labels ``y``."""
+    def training_loss(
+        self, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The method's loss on one chunk: clean inputs ``x`` in [0,1], labels ``y`` and, for methods with
+        ``needs_sample_index``, the dataset ``index`` of each input."""
         raise NotImplementedError
 
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = self.training_loss(x, y)
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(x))
+    def chunks(self, batch) -> list[tuple[torch.Tensor, ...]]:
+        """Split a loader batch into ``num_chunks`` chunks of ⌊B / num_chunks⌋ samples (remainder dropped)."""
+        if self.num_chunks == 1:
+            return [tuple(batch)]
+        size = len(batch[0]) // self.num_chunks
+        if size == 0:
+            return []
+        return [tuple(t[i * size : (i + 1) * size] for t in batch) for i in range(self.num_chunks)]
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor | None:
+        optimizer = self.optimizers()
+        losses = []
+        for chunk in self.chunks(batch):
+            loss = self.training_loss(*chunk)
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            optimizer.step()
+            losses.append(loss.detach())
+        if not losses:
+            return None
+        loss = torch.stack(losses).mean()
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch[0]))
         return loss
+
+    def on_train_epoch_end(self) -> None:
+        scheduler = self.lr_schedulers()
+        if scheduler is not None:
+            scheduler.step()
 
     def on_validation_epoch_start(self) -> None:
         self._val_generator = self._generator(1)  # the same validation noise every epoch

@@ -14,5 +14,5 @@ class GaussianAugmentation(SmoothingMethod):
     Loss per step: L = (1/B) sum_i CE(f(x_i + delta_i), y_i) (methods-core.md §2).
     """
 
-    def training_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
         return F.cross_entropy(self.model(self.add_noise(x)), y)
