@@ -127,13 +127,13 @@ class CertificationCallback(pl.Callback):
         pl_module.model.train(was_training)
         _, pa = metrics["pa"].compute()
         values = {"val/acr": metrics["acr"].compute(), "val/pa_mean": pa.mean()}
-        for r, acc in zip(radii, metrics["cert"].compute(), strict=True):
+        for r, acc in zip(radii, torch.atleast_1d(metrics["cert"].compute()), strict=True):
             values[f"val/certified_accuracy@{r:g}"] = acc
         abstained = pl_module.all_gather(torch.tensor(abstained, device=device)).sum()
         values["val/abstain_rate"] = abstained.double() / len(indices)
         for key, value in values.items():
             pl_module.log(key, value.float(), sync_dist=False, rank_zero_only=False)
-        ecdf = metrics["ecdf"].compute().cpu().numpy()
+        ecdf = torch.atleast_1d(metrics["ecdf"].compute()).cpu().numpy()
         self.last = {
             "epoch": trainer.current_epoch,
             "indices": indices,
