@@ -42,8 +42,11 @@ def checkpoint_metadata(cfg: DictConfig, datamodule) -> dict:
     }
 
 
-def train(cfg: DictConfig) -> dict:
-    """Train the configured method; returns ``{"checkpoint": path, "metrics": {...}, "output_dir": ...}``."""
+def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> dict:
+    """Train the configured method; returns ``{"checkpoint": path, "metrics": {...}, "output_dir": ...}``.
+
+    ``extra_callbacks`` are added to the configured ones (for programmatic use, e.g. benchmarks).
+    """
     validate_train_config(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     if not torch.cuda.is_available():
@@ -63,6 +66,7 @@ def train(cfg: DictConfig) -> dict:
     method.metadata = checkpoint_metadata(cfg, datamodule)  # not via instantiate: it holds _target_ strings
     datamodule.train_with_index = method.needs_sample_index
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    callbacks += extra_callbacks or []
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
     if not loggers:  # nothing to report learning rates to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]

@@ -1,0 +1,182 @@
+"""Training-step cost of every method relative to ``gaussian`` (same model, batch and data).
+
+``python -m bench.methods [--quick] [--out PATH]`` writes ``bench/results/method_steps.json``. Each method
+runs in its own subprocess (so ``peak_rss_mb`` is its own) through the real config tree: LeNet on random
+MNIST-shaped data, ``optim.batch_size`` images per loader batch, the method's default hyperparameters.
+``expected_ratio`` counts forward+backward passes per image relative to Gaussian's one (an attack step is
+one forward and one input-gradient backward pass); a method is within budget when its measured time ratio
+is at most ``1.2 * expected_ratio``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "bench" / "results" / "method_steps.json"
+METHODS = ("gaussian", "smoothadv", "macer", "consistency", "smoothmix", "catrs")
+TOLERANCE = 1.2
+
+
+def expected_ratio(name: str, method: dict) -> float:
+    """Forward+backward passes per image per loader batch, in units of Gaussian's single pass."""
+    if name == "gaussian":
+        return 1.0
+    if name == "macer":
+        return float(method["num_noise_vec"])
+    m = method["num_noise_vec"]
+    if name == "consistency":
+        return float(m)
+    if name == "smoothadv":
+        steps = method["num_steps"]
+        return m * (steps + 1) if method.get("multi_noise", True) else m * steps + 1.0
+    if name in ("smoothmix", "catrs"):
+        return m * (method["num_steps"] + 2.0)
+    raise ValueError(f"no cost model for method {name!r}")
+
+
+def _one(name: str, batch: int, steps: int, data: Path, out_dir: Path) -> dict:
+    """Runs inside the subprocess: time ``steps`` loader batches after 2 warm-up batches."""
+    import lightning.pytorch as pl
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rs_lightning.cli.train import train
+
+    times: list[float] = []
+
+    class Timer(pl.Callback):
+        def on_train_batch_start(self, *args):
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, *args):
+            times.append(time.perf_counter() - self.start)
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            "train",
+            [
+                f"method={name}",
+                "data=npz",
+                f"data.path={data}",
+                "model=lenet",
+                f"optim.batch_size={batch}",
+                "logger=none",
+                "callbacks=none",
+                "trainer.max_epochs=1",
+                f"+trainer.limit_train_batches={steps + 2}",
+                "+trainer.limit_val_batches=0",
+                "trainer.enable_progress_bar=false",
+                f"paths.output_dir={out_dir}",
+                "trainer.enable_model_summary=false",
+            ],
+        )
+    train(cfg, extra_callbacks=[Timer()])
+    timed = times[2:]
+    return {
+        "method": name,
+        "median_step_s": statistics.median(timed),
+        "steps_timed": len(timed),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "expected_ratio": expected_ratio(name, OmegaConf.to_container(cfg.method, resolve=True)),
+        "hyperparameters": {k: v for k, v in OmegaConf.to_container(cfg.method).items() if k != "_target_"},
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer timed steps")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    steps = 3 if args.quick else 8
+    if args.one:
+        with tempfile.TemporaryDirectory() as out_dir:
+            print(json.dumps(_one(args.one, args.batch_size, steps, args.data, Path(out_dir))))
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "mnist_shaped.npz"
+        rng = np.random.default_rng(0)
+        n = args.batch_size * (steps + 2)
+        np.savez(
+            data,
+            x_train=rng.integers(0, 256, (n, 28, 28), dtype=np.uint8),
+            y_train=rng.integers(0, 10, n, dtype=np.uint8),
+            x_test=rng.integers(0, 256, (64, 28, 28), dtype=np.uint8),
+            y_test=rng.integers(0, 10, 64, dtype=np.uint8),
+        )
+        results = []
+        for name in args.methods:
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.methods",
+                    "--one",
+                    name,
+                    "--data",
+                    str(data),
+                    "--batch-size",
+                    str(args.batch_size),
+                ]
+                + (["--quick"] if args.quick else []),
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                results.append({"method": name, "error": done.stderr[-2000:]})
+                continue
+            results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    base = next((r for r in results if r["method"] == "gaussian" and "error" not in r), None)
+    for r in results:
+        if base and "error" not in r:
+            r["time_ratio"] = r["median_step_s"] / base["median_step_s"]
+            r["rss_ratio"] = r["peak_rss_mb"] / base["peak_rss_mb"]
+            r["within_budget"] = r["time_ratio"] <= TOLERANCE * r["expected_ratio"]
+    report = {
+        "benchmark": "method_steps",
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "setup": {
+            "model": "lenet",
+            "input": [1, 28, 28],
+            "batch_size": args.batch_size,
+            "device": "cpu",
+            "timed_steps": steps,
+            "tolerance": TOLERANCE,
+        },
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"{'method':<12} {'step s':>8} {'x gauss':>8} {'expected':>9} {'rss MB':>8}  ok")
+    for r in results:
+        if "error" in r:
+            print(f"{r['method']:<12} ERROR {r['error'].splitlines()[-1] if r['error'] else ''}")
+            continue
+        print(
+            f"{r['method']:<12} {r['median_step_s']:8.3f} {r.get('time_ratio', 0):8.2f} "
+            f"{r['expected_ratio']:9.1f} "
+            f"{r['peak_rss_mb']:8.0f}  {r.get('within_budget')}"
+        )
+    print(f"wrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
