@@ -34,3 +34,9 @@ def require_open_unit(key: str, value) -> None:
     """``0 < value < 1``."""
     if not 0 < _number(key, value) < 1:
         raise ConfigError(key, value, "in the open interval (0, 1)")
+
+
+def require_non_negative(key: str, value) -> None:
+    """``value >= 0``."""
+    if _number(key, value) < 0:
+        raise ConfigError(key, value, ">= 0")

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from tqdm import tqdm
 
@@ -20,13 +19,13 @@ from rs_lightning.analysis.metrics import pa_true_label, radius_grid, summarize
 from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
 from rs_lightning.analysis.results import ResultWriter, read_results
 from rs_lightning.data.subset import subset_indices
-from rs_lightning.models.checkpoint import load_classifier, safe_instantiate
+from rs_lightning.models.checkpoint import load_classifier
 from rs_lightning.smoothing import certify_dataset
 from rs_lightning.smoothing.engine import check_certify_args
 from rs_lightning.smoothing.noise import NOISE_BLOCK
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
-from .common import resolve_device, tune_cpu_allocator
+from .common import checkpoint_datamodule, resolve_device, tune_cpu_allocator
 
 RESUME_KEYS = ("sigma", "n0", "n", "alpha", "seed", "split", "checkpoint_sha256", "noise_block")
 
@@ -107,19 +106,8 @@ def certify(cfg: DictConfig) -> dict:
     checkpoint = Path(cfg.checkpoint)
     model, meta = load_classifier(checkpoint, map_location=device)
     sigma = resolve_sigma(cfg, meta["sigma"])
-    if cfg.get("data") is not None:
-        datamodule = instantiate(cfg.data)
-    else:
-        datamodule = safe_instantiate(meta["data"], ("rs_lightning.data.",))
-    datamodule.prepare_data()
+    datamodule = checkpoint_datamodule(cfg, meta)
     dataset = datamodule.dataset(cfg.split)
-    if int(datamodule.num_classes) != int(meta["num_classes"]):
-        raise ConfigError(
-            "data",
-            datamodule.describe().get("name"),
-            f"a dataset with {meta['num_classes']} classes "
-            f"like the checkpoint's, not {datamodule.num_classes}",
-        )
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
 
     out = Path(cfg.output_dir)

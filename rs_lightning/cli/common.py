@@ -10,11 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.data.base import DatasetNotFoundError
-from rs_lightning.models.checkpoint import CheckpointError
+from rs_lightning.models.checkpoint import CheckpointError, safe_instantiate
 from rs_lightning.validation import ConfigError
 
 USER_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, ResultFileError)
@@ -66,3 +67,21 @@ def resolve_device(name: str) -> torch.device:
             "device", name, "a device that exists here", "no CUDA device is available; use device=cpu"
         )
     return device
+
+
+def checkpoint_datamodule(cfg: DictConfig, meta: dict):
+    """The data module of ``cfg.data`` if given, else the checkpoint's (its ``_target_`` must be inside
+    ``rs_lightning.data``); refuses a dataset whose class count differs from the checkpoint's."""
+    if cfg.get("data") is not None:
+        datamodule = instantiate(cfg.data)
+    else:
+        datamodule = safe_instantiate(meta["data"], ("rs_lightning.data.",))
+    datamodule.prepare_data()
+    if int(datamodule.num_classes) != int(meta["num_classes"]):
+        raise ConfigError(
+            "data",
+            datamodule.describe().get("name"),
+            f"a dataset with {meta['num_classes']} classes like the checkpoint's, "
+            f"not {datamodule.num_classes}",
+        )
+    return datamodule

@@ -45,6 +45,7 @@ class RSDataModule(pl.LightningDataModule):
         batch_size: training batch size.
         num_workers: DataLoader worker processes.
         val_batch_size: validation batch size (defaults to ``batch_size``).
+        normalize: False drops the dataset's mean/std normalization layer (identity instead).
     """
 
     name: ClassVar[str] = "base"
@@ -55,9 +56,14 @@ class RSDataModule(pl.LightningDataModule):
     std: tuple[float, ...] | None = None
 
     def __init__(
-        self, batch_size: int = 256, num_workers: int = 0, val_batch_size: int | None = None
+        self,
+        batch_size: int = 256,
+        num_workers: int = 0,
+        val_batch_size: int | None = None,
+        normalize: bool = True,
     ) -> None:
         super().__init__()
+        self.normalize = bool(normalize)
         if int(batch_size) < 1 or (val_batch_size is not None and int(val_batch_size) < 1):
             raise ValueError(f"batch sizes must be >= 1, got batch_size={batch_size}, val={val_batch_size}")
         if int(num_workers) < 0:
@@ -76,6 +82,8 @@ class RSDataModule(pl.LightningDataModule):
         """Load the splits once; later calls are free."""
         if self._datasets is None:
             self._datasets = self._load()
+            if not self.normalize:  # e.g. MACER's models read raw [0,1] inputs (methods-core.md §0)
+                self.mean = self.std = None
 
     def dataset(self, split: str) -> Dataset:
         """The ``train`` (augmented) or ``test`` (not augmented) dataset; calls ``setup()`` if needed."""

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CONF, compose_config, shared_data_dir, train_config
 from hydra.errors import ConfigCompositionException, MissingConfigException
+from rs_testing import CONF, compose_config, shared_data_dir, train_config
 
 from rs_lightning.cli.train import train
 from rs_lightning.validation import ConfigError

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, certify_config, train_config
+from rs_testing import REPO, certify_config, train_config
 
 from rs_lightning.callbacks import CertificationCallback
 from rs_lightning.cli.certify import certify

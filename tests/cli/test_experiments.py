@@ -8,7 +8,7 @@ its hyperparameters are the experiment's own.
 from pathlib import Path
 
 import pytest
-from conftest import CONF, shared_data_dir, train_config
+from rs_testing import CONF, shared_data_dir, train_config
 
 from rs_lightning.cli.train import train
 
@@ -28,12 +28,25 @@ def test_experiment_composes_and_runs_one_batch(name, tmp_path):
         pytest.skip("../shared/data is not present")
     swap = {
         "MNISTDataModule": [f"data.path={Path(data) / 'mnist.npz'}"],
-        "CIFAR10DataModule": [f"data.path={Path(data) / 'cifar10_subset.npz'}", "data.augment=true",
-                              *CIFAR_NORMALIZATION],
+        "CIFAR10DataModule": [
+            f"data.path={Path(data) / 'cifar10_subset.npz'}",
+            "data.augment=true",
+            *CIFAR_NORMALIZATION,
+        ],
     }[dataset]
     model = ["model=cifar_resnet20"] if "CIFARResNet" in cfg.model._target_ else []
-    result = train(train_config(tmp_path, [
-        f"experiment={name}", "data=npz", *swap, *model, "optim.batch_size=8", "debug=fast_dev_run",
-        "logger=none",
-    ]))
+    result = train(
+        train_config(
+            tmp_path,
+            [
+                f"experiment={name}",
+                "data=npz",
+                *swap,
+                *model,
+                "optim.batch_size=8",
+                "debug=fast_dev_run",
+                "logger=none",
+            ],
+        )
+    )
     assert result["metrics"]["train/loss_step"] == result["metrics"]["train/loss_step"]  # finite, not NaN

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import certify_config, train_config
+from rs_testing import certify_config, train_config
 
 from rs_lightning.analysis import COLUMNS, read_results
 from rs_lightning.cli.certify import certify

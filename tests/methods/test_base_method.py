@@ -6,7 +6,7 @@ import lightning.pytorch as pl
 import pandas as pd
 import pytest
 import torch
-from conftest import train_config
+from rs_testing import train_config
 
 from rs_lightning.attacks import noise_copies
 from rs_lightning.cli.train import train
