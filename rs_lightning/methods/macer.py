@@ -1,0 +1,94 @@
+"""MACER (Zhai et al., ICLR 2020, arXiv 2001.02378, OpenReview rJx1Na4Fwr; RuntianZ/macer macer.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch.distributions import Normal
+
+from rs_lightning.attacks import noise_copies, smoothed_softmax
+from rs_lightning.validation import require_at_least, require_non_negative, require_positive
+
+from .base import SmoothingMethod
+
+
+class MACER(SmoothingMethod):
+    """Attack-free maximization of the soft smoothed classifier's certified radius (methods-core.md §4.1).
+
+    Per loader batch of B images (``num_chunks = 1``: **one** optimizer step, §4.2), k noisy copies per image,
+    image-major, in one train-mode forward pass over B·k samples (BN statistics cover all of them); z_ij are
+    the logits of copy j of image i:
+
+    - L_C,i = −log((1/k) Σ_j softmax(z_ij)_{y_i} + 1e−10)  (soft-smoothed CE, β = 1);
+    - p̂_i = (1/k) Σ_j softmax(β·z_ij); p_A ≥ p_B its top two, c_i its argmax;
+      ξ_i = Φ⁻¹(p_A) − Φ⁻¹(p_B) (``Normal(0, 1).icdf``), so (σ/2)·ξ_i is the soft radius of Theorem 1;
+    - L_R,i = (σ/2)·(γ − ξ_i) if c_i = y_i, ξ_i is finite and ξ_i ≤ γ, else 0 (the hinge of the paper's
+      surrogate objective; non-finite ξ are masked, never clamped);
+    - L = (1/B) Σ_i (L_C,i + λ·L_R,i): divided by B, not B·k.
+
+    Nothing is detached: gradients reach the logits through both p_A and p_B (the top-2 *indices* and the mask
+    are discrete). The mask is decided first and Φ⁻¹ is evaluated on the kept images only, so a masked image
+    with p_A = 1 (Φ⁻¹ = ∞) cannot put 0·∞ = NaN into the gradient. λ = 0 (or a deferred epoch) skips the
+    robustness term entirely, as the Consistency repo's copy does.
+
+    Args:
+        num_noise_vec: k >= 1 noise draws per image (``gauss_num`` / ``--num-noise-vec``).
+        beta: inverse temperature β > 0 of the robustness term only (``--beta``).
+        gamma: hinge margin γ > 0 on ξ, i.e. the hinge stops at soft radius σγ/2 (``--margin``).
+        lbd: weight λ >= 0 of the robustness term (``--lbd``).
+        deferred_epochs: λ is 0 in the first ``deferred_epochs`` epochs (0-based epoch e < deferred_epochs);
+            0 = off. The Consistency repo's ``--deferred`` (train_macer.py) zeroes λ while
+            ``epoch <= lr_step_size``, i.e. for lr_step_size + 1 epochs: ``deferred_epochs = 31`` for its
+            StepLR(30) MNIST runs (methods-core.md §4.3).
+        **kwargs: ``model, sigma, optimizer, scheduler, noise_seed, metadata`` of :class:`SmoothingMethod`.
+    """
+
+    def __init__(
+        self,
+        num_noise_vec: int = 16,
+        beta: float = 16.0,
+        gamma: float = 8.0,
+        lbd: float = 12.0,
+        deferred_epochs: int = 0,
+        **kwargs,
+    ) -> None:
+        require_at_least("method.num_noise_vec", num_noise_vec, 1)
+        require_positive("method.beta", beta)
+        require_positive("method.gamma", gamma)
+        require_non_negative("method.lbd", lbd)
+        require_at_least("method.deferred_epochs", deferred_epochs, 0)
+        super().__init__(num_chunks=1, **kwargs)
+        self.num_noise_vec = int(num_noise_vec)
+        self.beta = float(beta)
+        self.gamma = float(gamma)
+        self.lbd = float(lbd)
+        self.deferred_epochs = int(deferred_epochs)
+
+    def robustness_weight(self) -> float:
+        """λ at the current 0-based epoch: 0 while ``epoch < deferred_epochs``, else ``lbd``."""
+        return 0.0 if self.current_epoch < self.deferred_epochs else self.lbd
+
+    def robustness_terms(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Σ_i L_R,i over the images that pass the mask; ``logits`` is ``(k, B, K)``."""
+        p_hat = smoothed_softmax(self.beta * logits)
+        top2, classes = p_hat.topk(2, dim=1)
+        zero = torch.zeros((), device=logits.device, dtype=logits.dtype)
+        normal = Normal(zero, zero + 1)
+        with torch.no_grad():
+            xi = normal.icdf(top2[:, 0]) - normal.icdf(top2[:, 1])
+            keep = (classes[:, 0] == y) & torch.isfinite(xi) & (xi <= self.gamma)
+        xi = normal.icdf(top2[keep, 0]) - normal.icdf(top2[keep, 1])
+        self.log("train/macer_active", keep.float().mean(), on_step=False, on_epoch=True, batch_size=len(y))
+        return (self.sigma / 2) * (self.gamma - xi).sum()
+
+    def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
+        k = self.num_noise_vec
+        repeated, noise = self.noisy_copies(x, k)
+        logits = noise_copies(self.model(repeated + noise), k)  # (k, B, K)
+        p_y = smoothed_softmax(logits).gather(1, y[:, None]).squeeze(1)
+        classification = -torch.log(p_y + 1e-10).sum()
+        lbd = self.robustness_weight()
+        robustness = self.robustness_terms(logits, y) if lbd > 0 else classification.new_zeros(())
+        b = len(x)
+        for name, value in (("classification", classification), ("robustness", robustness)):
+            self.log(f"train/macer_{name}", value.detach() / b, on_step=False, on_epoch=True, batch_size=b)
+        return (classification + lbd * robustness) / b
