@@ -1,0 +1,16 @@
+"""CAT-RS preprocessing: ``python soft_labels.py checkpoint=PATH output=FILE.npy [num_samples=10000]``."""
+
+import hydra
+from omegaconf import DictConfig
+
+from rs_lightning.cli.common import run_or_exit
+from rs_lightning.cli.soft_labels import soft_labels
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="soft_labels")
+def main(cfg: DictConfig) -> None:
+    run_or_exit(soft_labels, cfg)
+
+
+if __name__ == "__main__":
+    main()
