@@ -1,4 +1,4 @@
-"""Attacks on smoothed classifiers used by the training methods (pure torch)."""
+"""Attacks on smoothed classifiers used by the training methods (pure torch, no Lightning)."""
 
 from .common import (
     frozen_eval,
@@ -9,13 +9,23 @@ from .common import (
     smoothed_nll,
     smoothed_softmax,
 )
+from .noise_space import kl_noise_pgd, noise_pgd, restandardize
+from .smoothadv import smoothadv_ddn, smoothadv_pgd, smoothadv_pgd_nograd
+from .smoothmix import smoothmix_pgd
 
 __all__ = [
     "frozen_eval",
+    "kl_noise_pgd",
     "noise_copies",
+    "noise_pgd",
     "normalize_l2",
     "per_sample_norm",
     "project_l2",
+    "restandardize",
+    "smoothadv_ddn",
+    "smoothadv_pgd",
+    "smoothadv_pgd_nograd",
     "smoothed_nll",
     "smoothed_softmax",
+    "smoothmix_pgd",
 ]

@@ -1,6 +1,20 @@
-"""Training methods: one LightningModule per method on :class:`SmoothingMethod`."""
+"""Training methods: one LightningModule per method on :class:`SmoothingMethod` (select with ``method=``)."""
 
 from .base import CHECKPOINT_KEY, SmoothingMethod
+from .catrs import CATRS
+from .consistency import Consistency
 from .gaussian import GaussianAugmentation
+from .macer import MACER
+from .smoothadv import SmoothAdv
+from .smoothmix import SmoothMix
 
-__all__ = ["CHECKPOINT_KEY", "GaussianAugmentation", "SmoothingMethod"]
+__all__ = [
+    "CATRS",
+    "CHECKPOINT_KEY",
+    "MACER",
+    "Consistency",
+    "GaussianAugmentation",
+    "SmoothAdv",
+    "SmoothMix",
+    "SmoothingMethod",
+]
