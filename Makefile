@@ -31,6 +31,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+	$(PY) -m bench.methods
 
 clean:
 	rm -rf outputs multirun lightning_logs .pytest_cache
