@@ -11,9 +11,9 @@ DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/mnist_comparison}
 EPOCHS=${EPOCHS:-3}
 SOFT_LABEL_SAMPLES=${SOFT_LABEL_SAMPLES:-100}
-CERTIFY="n0=100 n=10000 alpha=0.001 skip=50 batch_size=400 seed=0"   # 200 test images, one protocol
+CERTIFY=${CERTIFY:-"n0=100 n=10000 alpha=0.001 skip=50 batch_size=400 seed=0"}   # 200 test images, one protocol
 COMMON="data=npz data.path=$DATA model=lenet optim.max_epochs=$EPOCHS optim.scheduler=null seed=0 \
-  trainer.enable_progress_bar=false logger=csv"
+  trainer.enable_progress_bar=false logger=csv ${EXTRA:-}"   # EXTRA: more overrides (e.g. for a dry run)
 mkdir -p "$OUT"
 TIMES="$OUT/train_times.tsv"
 [ -f "$TIMES" ] || printf 'run\tepochs\tseconds\n' > "$TIMES"

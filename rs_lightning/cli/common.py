@@ -77,6 +77,7 @@ def checkpoint_datamodule(cfg: DictConfig, meta: dict):
     else:
         datamodule = safe_instantiate(meta["data"], ("rs_lightning.data.",))
     datamodule.prepare_data()
+    datamodule.setup()
     if int(datamodule.num_classes) != int(meta["num_classes"]):
         raise ConfigError(
             "data",

@@ -63,3 +63,26 @@ def test_a_good_checkpoint_loads_in_eval_mode_with_normalization(trained_digits)
     model, meta = load_classifier(trained_digits["checkpoint"])
     assert not model.training and meta["sigma"] == 0.25
     assert model(torch.rand(2, 1, 8, 8)).shape == (2, 10)
+
+
+def test_checkpoint_datamodule_sets_up_npz_data_and_checks_classes(tmp_path):
+    import numpy as np
+    from omegaconf import OmegaConf
+
+    from rs_lightning.cli.common import checkpoint_datamodule
+    from rs_lightning.validation import ConfigError
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "tiny.npz"
+    np.savez(
+        path,
+        x_train=rng.integers(0, 256, (6, 4, 4), dtype=np.uint8),
+        y_train=np.arange(6) % 3,
+        x_test=rng.integers(0, 256, (3, 4, 4), dtype=np.uint8),
+        y_test=np.arange(3),
+    )
+    meta = {"data": {"_target_": "rs_lightning.data.npz.NpzDataModule", "path": str(path)}, "num_classes": 3}
+    datamodule = checkpoint_datamodule(OmegaConf.create({"data": None}), meta)
+    assert datamodule.num_classes == 3 and len(datamodule.dataset("test")) == 3
+    with pytest.raises(ConfigError, match="4 classes"):
+        checkpoint_datamodule(OmegaConf.create({"data": None}), {**meta, "num_classes": 4})
