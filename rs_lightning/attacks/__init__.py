@@ -9,7 +9,7 @@ from .common import (
     smoothed_nll,
     smoothed_softmax,
 )
-from .noise_space import kl_noise_pgd, noise_pgd, restandardize
+from .noise_space import kl_noise_pgd, noise_pgd, restandardize, sphere_noise_pgd
 from .smoothadv import smoothadv_ddn, smoothadv_pgd, smoothadv_pgd_nograd
 from .smoothmix import smoothmix_pgd
 
@@ -28,4 +28,5 @@ __all__ = [
     "smoothed_nll",
     "smoothed_softmax",
     "smoothmix_pgd",
+    "sphere_noise_pgd",
 ]

@@ -2,7 +2,8 @@
 
 Unlike input-space attacks (SmoothAdv, SmoothMix), these move the noise δ of ``f(x + δ)`` and keep the
 clean input x unchanged. :func:`noise_pgd` is the shared loop (normalized-gradient ascent on a per-copy
-objective followed by a constraint); :func:`kl_noise_pgd` is CAT-RS's instance.
+objective followed by a constraint); :func:`kl_noise_pgd` is CAT-RS's instance. :func:`sphere_noise_pgd`
+(Sun et al., ICML 2025) searches on the exact sphere of each draw and keeps the first fooling iterate.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import normalize_l2, project_l2
+from .common import normalize_l2, per_sample_norm, project_l2
 
 
 def soft_kl(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -122,3 +123,64 @@ def kl_noise_pgd(
     return noise_pgd(
         model, x, noise0, objective, steps=steps, step_size=2.0 * epsilon / steps, constrain=constrain
     )
+
+
+def sphere_noise_pgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    noise0: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    steps: int,
+    step_size: float,
+    copies: int = 1,
+) -> torch.Tensor:
+    """Adversarial noise of the same L2 norm as each draw, with early stopping (Sun, Mao, Müller & Vechev,
+    ICML 2025, "ACR is a poor metric", eth-sri/acr-weakness ``radius_PGD``; methods-advanced.md §3.2 step 4).
+
+    Starting from δ = δ0, for t = 0..S−1:
+
+    1. z = f(x + δ); every row not yet recorded with ``argmax z ≠ y`` records the current δ — the check comes
+       **before** the update, so a δ0 that already fools the model is returned unchanged;
+    2. L = Σ_rows CE(z, y) / copies, g = ∇_δ L;
+    3. δ ← δ + η_s·g/(‖g‖₂ + 1e-8) per row, then δ ← δ·‖δ0‖₂/(‖δ‖₂ + 1e-8) (exact sphere, no ball around δ0).
+
+    Rows never misclassified get the last iterate (not re-checked). Stops early once every row is recorded
+    (same result). The caller puts ``model`` in eval mode with frozen parameters (``frozen_eval``).
+
+    Args:
+        model: base classifier f: [0,1] inputs -> logits.
+        x: clean inputs in [0,1], one row per noise copy ``(N, ...)``; kept fixed.
+        noise0: the sampled draws δ0 ``(N, ...)``.
+        y: true label of each row ``(N,)``.
+        steps: S >= 1 attack steps.
+        step_size: η_s, L2 length of each step in [0,1]-pixel units (the reference's ``--epsilon``).
+        copies: rows per image m (only scales L; the normalized step does not depend on it).
+
+    Returns:
+        The adversarial noise, detached, shaped like ``noise0``; each row has the L2 norm of its δ0.
+
+    Raises:
+        ValueError: if x leaves [0,1] (noise must not be added before the attack).
+    """
+    if x.min() < 0 or x.max() > 1:
+        raise ValueError("sphere_noise_pgd expects clean inputs in [0, 1]")
+    x, noise0 = x.detach(), noise0.detach()
+    norm0 = per_sample_norm(noise0)
+    noise = noise0
+    result = noise0.clone()
+    recorded = torch.zeros(len(x), dtype=torch.bool, device=x.device)
+    with torch.enable_grad():
+        for _ in range(steps):
+            noise = noise.clone().requires_grad_(True)
+            logits = model(x + noise)
+            fooled = (logits.detach().argmax(dim=1) != y) & ~recorded
+            result[fooled] = noise.detach()[fooled]
+            recorded |= fooled
+            if recorded.all():
+                return result
+            (grad,) = torch.autograd.grad(F.cross_entropy(logits, y, reduction="sum") / copies, noise)
+            noise = noise.detach() + step_size * normalize_l2(grad)
+            noise = noise * (norm0 / (per_sample_norm(noise) + 1e-8))
+    result[~recorded] = noise[~recorded]
+    return result

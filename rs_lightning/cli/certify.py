@@ -2,7 +2,9 @@
 
 Writes ``certify.tsv`` (row by row, resumable), ``settings.json``, ``summary.json`` and two PNG plots
 into ``output_dir``. A rerun into the same folder skips the indices already certified; a rerun with
-different statistical settings (sigma, n0, n, alpha, seed, split, checkpoint) is refused.
+different statistical settings (sigma, n0, n, alpha, seed, split, checkpoint, model) is refused.
+``checkpoint=null`` certifies a parameter-free model (``model=constant``, Sun et al. 2025 Thm. 1) built from
+``model=``, ``data=`` and ``sigma=``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
+from hydra.utils import instantiate
 from omegaconf import DictConfig
+from torch import nn
 from tqdm import tqdm
 
 from rs_lightning.analysis.metrics import pa_true_label, radius_grid, summarize
@@ -20,14 +25,15 @@ from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figur
 from rs_lightning.analysis.results import ResultWriter, read_results
 from rs_lightning.data.subset import subset_indices
 from rs_lightning.models.checkpoint import load_classifier
+from rs_lightning.models.normalize import build_classifier
 from rs_lightning.smoothing import certify_dataset
 from rs_lightning.smoothing.engine import check_certify_args
 from rs_lightning.smoothing.noise import NOISE_BLOCK
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
-from .common import checkpoint_datamodule, resolve_device, tune_cpu_allocator
+from .common import checkpoint_datamodule, plain, resolve_device, tune_cpu_allocator
 
-RESUME_KEYS = ("sigma", "n0", "n", "alpha", "seed", "split", "checkpoint_sha256", "noise_block")
+RESUME_KEYS = ("sigma", "n0", "n", "alpha", "seed", "split", "checkpoint_sha256", "noise_block", "model")
 
 
 def _sha256(path: Path) -> str:
@@ -53,10 +59,53 @@ def resolve_sigma(cfg: DictConfig, train_sigma: float) -> float:
     return float(cfg.sigma)
 
 
+def parameter_free_classifier(cfg: DictConfig, device: torch.device) -> tuple[nn.Module, dict, object]:
+    """``checkpoint=null``: build ``cfg.model`` on ``cfg.data`` at ``cfg.sigma``; returns (model, meta, data).
+
+    Only a model without parameters (e.g. ``model=constant``) is accepted: any other would certify random
+    weights.
+    """
+    for key, example in (("model", "model=constant"), ("data", "data=digits")):
+        if cfg.get(key) is None:
+            raise ConfigError(key, None, f"set when checkpoint=null (e.g. {example})")
+    if cfg.sigma is None:
+        raise ConfigError("sigma", None, "> 0", "With checkpoint=null there is no training sigma to take")
+    require_positive("sigma", cfg.sigma)
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup()
+    net = instantiate(cfg.model, input_shape=datamodule.input_shape, num_classes=datamodule.num_classes)
+    if any(p.numel() for p in net.parameters()):
+        raise ConfigError(
+            "checkpoint",
+            None,
+            f"a path for {cfg.model.get('_target_')}, which has parameters: its weights would be random; "
+            "pass checkpoint=...",
+        )
+    model = build_classifier(net, datamodule.mean, datamodule.std).to(device).eval()
+    meta = {"sigma": None, "model": plain(cfg.model), "num_classes": int(datamodule.num_classes)}
+    return model, meta, datamodule
+
+
+def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.device):
+    """``(model, meta, datamodule, sigma)`` from the checkpoint, or from ``model=``/``data=``/``sigma=`` for a
+    parameter-free model when ``checkpoint=null``."""
+    if checkpoint is None:
+        model, meta, datamodule = parameter_free_classifier(cfg, device)
+        return model, meta, datamodule, float(cfg.sigma)
+    if cfg.get("model") is not None:
+        raise ConfigError(
+            "model", cfg.model.get("_target_"), "unset when checkpoint= is given", "The checkpoint has it"
+        )
+    model, meta = load_classifier(checkpoint, map_location=device)
+    return model, meta, checkpoint_datamodule(cfg, meta), resolve_sigma(cfg, meta["sigma"])
+
+
 def _check_resume(settings_path: Path, settings: dict) -> None:
     if not settings_path.exists():
         return
     old = json.loads(settings_path.read_text())
+    settings = json.loads(json.dumps(settings))  # compare as stored (tuples become lists)
     changed = {k: (old.get(k), settings[k]) for k in RESUME_KEYS if old.get(k) != settings[k]}
     if changed:
         detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in changed.items())
@@ -103,10 +152,8 @@ def certify(cfg: DictConfig) -> dict:
     device = resolve_device(cfg.device)
     if device.type == "cpu":
         tune_cpu_allocator()
-    checkpoint = Path(cfg.checkpoint)
-    model, meta = load_classifier(checkpoint, map_location=device)
-    sigma = resolve_sigma(cfg, meta["sigma"])
-    datamodule = checkpoint_datamodule(cfg, meta)
+    checkpoint = None if cfg.checkpoint is None else Path(cfg.checkpoint)
+    model, meta, datamodule, sigma = load_model_and_data(cfg, checkpoint, device)
     dataset = datamodule.dataset(cfg.split)
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
 
@@ -114,8 +161,8 @@ def certify(cfg: DictConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     settings = {
         "sigma": sigma,
-        "train_sigma": float(meta["sigma"]),
-        "sigma_overridden": sigma != float(meta["sigma"]),
+        "train_sigma": None if meta["sigma"] is None else float(meta["sigma"]),
+        "sigma_overridden": meta["sigma"] is not None and sigma != float(meta["sigma"]),
         "n0": cfg.n0,
         "n": cfg.n,
         "alpha": cfg.alpha,
@@ -125,8 +172,8 @@ def certify(cfg: DictConfig) -> dict:
         "noise_block": NOISE_BLOCK,
         "device": device.type,
         "subset": {"skip": cfg.skip, "start": cfg.start, "max": cfg.max, "num_inputs": len(indices)},
-        "checkpoint": str(checkpoint.resolve()),
-        "checkpoint_sha256": _sha256(checkpoint),
+        "checkpoint": None if checkpoint is None else str(checkpoint.resolve()),
+        "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),
         "model": meta["model"],
         "data": datamodule.describe(),
         "sampling": "cohen",

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 SPLITS = ("train", "test")
 
@@ -74,6 +74,9 @@ class RSDataModule(pl.LightningDataModule):
         self._datasets: dict[str, Dataset] | None = None
         self.train_with_index = False
         """If True, training batches are ``(x, y, index)`` (set by methods that keep per-sample state)."""
+        self.train_sampler: Sampler | None = None
+        """If set (by a method that resamples its data, e.g. ACR gaming), the training loader draws its
+        indices from it instead of shuffling."""
 
     def _load(self) -> dict[str, Dataset]:
         raise NotImplementedError
@@ -95,11 +98,14 @@ class RSDataModule(pl.LightningDataModule):
             raise DatasetNotFoundError(f"{self.name}: split {split!r} is not available ({self.describe()})")
         return self._datasets[split]
 
-    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(
+        self, dataset: Dataset, batch_size: int, shuffle: bool, sampler: Sampler | None = None
+    ) -> DataLoader:
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle,
+            shuffle=shuffle and sampler is None,
+            sampler=sampler,
             drop_last=False,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
@@ -109,7 +115,10 @@ class RSDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         dataset = self.dataset("train")
         return self._loader(
-            IndexedDataset(dataset) if self.train_with_index else dataset, self.batch_size, True
+            IndexedDataset(dataset) if self.train_with_index else dataset,
+            self.batch_size,
+            True,
+            sampler=self.train_sampler,
         )
 
     def val_dataloader(self) -> DataLoader:

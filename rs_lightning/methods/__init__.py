@@ -1,5 +1,6 @@
 """Training methods: one LightningModule per method on :class:`SmoothingMethod` (select with ``method=``)."""
 
+from .acr_gaming import ACRGaming
 from .base import CHECKPOINT_KEY, SmoothingMethod
 from .catrs import CATRS
 from .consistency import Consistency
@@ -9,6 +10,7 @@ from .smoothadv import SmoothAdv
 from .smoothmix import SmoothMix
 
 __all__ = [
+    "ACRGaming",
     "CATRS",
     "CHECKPOINT_KEY",
     "MACER",

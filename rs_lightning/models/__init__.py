@@ -1,6 +1,7 @@
 """Architectures (logits from [0,1] inputs) and the normalization layer that precedes them."""
 
 from rs_lightning.models.cifar_resnet import BasicBlock, CIFARResNet
+from rs_lightning.models.constant import ConstantClassifier
 from rs_lightning.models.digits import MLP, DigitsCNN
 from rs_lightning.models.imagenet import resnet50
 from rs_lightning.models.lenet import LeNet
@@ -10,6 +11,7 @@ __all__ = [
     "MLP",
     "BasicBlock",
     "CIFARResNet",
+    "ConstantClassifier",
     "DigitsCNN",
     "LeNet",
     "Normalize",

@@ -1,0 +1,379 @@
+"""Compare certification runs: a Table-2-style table, pA-ECDF dominance, and a protocol check.
+
+Sun et al. 2025, *Average Certified Radius is a Poor Metric for Randomized Smoothing* (Table 2 and §3.5 of
+methods-advanced.md): ACR can rank two models against their pA ECDFs, so next to ACR and certified accuracy
+we report, for every pair at the same σ, whether one ECDF lies above the other for every pA ≥ 0.5
+(y_A(x) ≥ y_B(x) on the grid 0.500 … 1.000) or where they cross, and flag each pair whose ACR order
+disagrees with that dominance. Runs are only comparable on the same protocol: the same inputs (idx set),
+N, n0, α, seed and split.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .budget import class_shares
+from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf
+from .results import ResultFileError, read_results
+
+PROTOCOL_KEYS = ("subset", "N", "n0", "alpha", "seed", "split")
+ECDF_POINTS = (0.5, 0.9, 0.99, 0.999, 1.0)
+_TOL = 1e-12
+
+
+class ProtocolMismatchError(ResultFileError):
+    """Runs certified under different protocols were asked to be compared."""
+
+
+@dataclass
+class Run:
+    """One certification run: its ``certify.tsv`` rows and the settings recorded next to it (may be {})."""
+
+    path: Path
+    rows: dict[str, np.ndarray]
+    settings: dict = field(default_factory=dict)
+    method: str | None = None
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path.stem if self.path.is_file() else self.path.name
+
+    @property
+    def has_counts(self) -> bool:
+        """Whether the TSV has ``nA`` and ``n`` (old Cohen TSVs have not: no ECDF, no budget conversion)."""
+        return "nA" in self.rows and "n" in self.rows
+
+    @property
+    def sigma(self) -> float | None:
+        sigma = self.settings.get("sigma")
+        return None if sigma is None else float(sigma)
+
+    @property
+    def alpha(self) -> float | None:
+        alpha = self.settings.get("alpha")
+        return None if alpha is None else float(alpha)
+
+    @property
+    def num_inputs(self) -> int:
+        return int(self.rows["idx"].size)
+
+    @property
+    def n(self) -> int | None:
+        """N, the estimation draws: from settings, else from the TSV's ``n`` column."""
+        return self._setting_or_column("n", "n")
+
+    @property
+    def n0(self) -> int | None:
+        return self._setting_or_column("n0", "n0")
+
+    def _setting_or_column(self, key: str, column: str) -> int | None:
+        if self.settings.get(key) is not None:
+            return int(self.settings[key])
+        if column in self.rows:
+            values = np.unique(self.rows[column])
+            if values.size == 1:
+                return int(values[0])
+        return None
+
+    @property
+    def acr(self) -> float:
+        return average_certified_radius(self.rows["radius"], self.rows["correct"])
+
+    def certified_accuracy(self, radii) -> np.ndarray:
+        return certified_accuracy(self.rows["radius"], self.rows["correct"], radii)
+
+    @property
+    def abstain_rate(self) -> float:
+        return float((self.rows["predict"] < 0).mean()) if self.num_inputs else 0.0
+
+    def pa(self) -> np.ndarray | None:
+        """p̂_A per input (true label; 0 if wrong or abstained), or None without ``nA``/``n``."""
+        if not self.has_counts:
+            return None
+        rows = self.rows
+        return np.where(rows["correct"].astype(bool), rows["nA"] / rows["n"], 0.0)
+
+    def ecdf(self, grid=ECDF_GRID) -> np.ndarray | None:
+        pa = self.pa()
+        return None if pa is None else pa_ecdf(pa, grid)
+
+    def protocol(self) -> dict:
+        """The values that must agree between compared runs (None = unknown)."""
+        s = self.settings
+        return {
+            "subset": frozenset(int(i) for i in self.rows["idx"]),
+            "N": self.n,
+            "n0": self.n0,
+            "alpha": self.alpha,
+            "seed": s.get("seed"),
+            "split": s.get("split"),
+        }
+
+    def budget_gaps(self) -> list[str]:
+        """What the budget conversion needs and this run lacks (empty: it applies)."""
+        needs = (("nA/n columns", self.has_counts), ("sigma", self.sigma), ("alpha", self.alpha))
+        return [name for name, present in needs if not present]
+
+    def constant_reference(self) -> tuple[int, float]:
+        """(c, π_c) of the constant classifier h ≡ c to set beside this run (Sun et al. 2025, Thm. 1): the
+        run's own label if it certified a ConstantClassifier, else its majority class (the best such h)."""
+        shares = class_shares(self.rows["label"])
+        model = self.settings.get("model")
+        if isinstance(model, dict) and str(model.get("_target_", "")).endswith(".ConstantClassifier"):
+            label = int(model.get("label", 0))
+            return label, shares.get(label, 0.0)
+        label = max(shares, key=lambda c: (shares[c], -c))
+        return label, shares[label]
+
+    def limitations(self) -> str | None:
+        """What cannot be computed for this run, or None."""
+        if self.has_counts:
+            return None
+        return (
+            f"{self.label or self.name}: old Cohen-format TSV without nA/n columns: ACR and certified "
+            "accuracy come from its radius/correct columns; the pA ECDF, its dominance and the budget "
+            "conversion need nA and n and are not computed"
+        )
+
+
+def find_run_paths(paths) -> list[Path]:
+    """Run folders (holding ``certify.tsv``) or bare TSV files; a folder without one is searched (a Hydra
+    multirun folder holds one run per subfolder)."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_file():
+            found.append(path)
+        elif not path.is_dir():
+            raise ResultFileError(f"{path} does not exist")
+        elif (path / "certify.tsv").is_file():
+            found.append(path)
+        else:
+            runs = sorted(p.parent for p in path.rglob("certify.tsv"))
+            if not runs:
+                raise ResultFileError(
+                    f"{path} holds no certify.tsv (a run folder holds certify.tsv and settings.json from "
+                    "certify.py; a multirun folder holds such folders; pass old Cohen TSV files themselves)"
+                )
+            found.extend(runs)
+    return found
+
+
+def _read_json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ResultFileError(f"{path} is unreadable ({err})") from err
+    if not isinstance(data, dict):
+        raise ResultFileError(f"{path} is not a JSON object")
+    return data
+
+
+def load_run(path: str | Path, sigma: float | None = None) -> Run:
+    """Load a run folder (``certify.tsv`` + ``settings.json``/``summary.json``) or a bare TSV file.
+
+    ``sigma`` fills in σ for runs that record none (old Cohen TSVs).
+    """
+    path = Path(path)
+    tsv = path if path.is_file() else path / "certify.tsv"
+    rows = read_results(tsv)
+    if rows["idx"].size == 0:
+        raise ResultFileError(f"{tsv} holds no result rows")
+    settings: dict = {}
+    if tsv.name == "certify.tsv":
+        settings = _read_json(tsv.parent / "settings.json") or {}
+        if not settings:
+            settings = (_read_json(tsv.parent / "summary.json") or {}).get("settings") or {}
+    if settings.get("sigma") is None and sigma is not None:
+        settings = {**settings, "sigma": float(sigma)}
+    return Run(path=path, rows=rows, settings=settings)
+
+
+def load_runs(paths, sigma: float | None = None) -> list[Run]:
+    """All runs under ``paths`` (see :func:`find_run_paths`)."""
+    return [load_run(p, sigma) for p in find_run_paths(paths)]
+
+
+def assign_labels(runs: list[Run]) -> None:
+    """label = "<method> σ=<sigma>" (method: ``run.method``, else the folder name); unique by folder name."""
+    for run in runs:
+        sigma = "?" if run.sigma is None else f"{run.sigma:g}"
+        run.label = f"{run.method or run.name} σ={sigma}"
+    labels = [r.label for r in runs]
+    for run in runs:
+        if labels.count(run.label) > 1:
+            run.label = f"{run.label} ({run.path.parent.name}/{run.name})"
+
+
+def _show(key: str, value) -> str:
+    if value is None:
+        return "unknown"
+    if key == "subset":
+        idx = sorted(value)
+        return f"{len(idx)} inputs (idx {idx[0]}…{idx[-1]})" if idx else "0 inputs"
+    return str(value)
+
+
+def protocol_differences(runs: list[Run]) -> dict[str, dict[str, str]]:
+    """``{key: {label: value}}`` for every protocol key whose value is not the same in all runs."""
+    protocols = [r.protocol() for r in runs]
+    out = {}
+    for key in PROTOCOL_KEYS:
+        values = [p[key] for p in protocols]
+        if any(v != values[0] for v in values[1:]):
+            out[key] = {r.label: _show(key, v) for r, v in zip(runs, values, strict=True)}
+    if "subset" in out:
+        common = frozenset.intersection(*[p["subset"] for p in protocols])
+        out["subset"]["shared by all"] = f"{len(common)} inputs"
+    return out
+
+
+def unverified_keys(runs: list[Run]) -> list[str]:
+    """Protocol keys unknown in every run (old TSVs record no α, seed, ...): equal, but not verified."""
+    return [k for k in PROTOCOL_KEYS if all(r.protocol()[k] is None for r in runs)]
+
+
+def check_protocol(runs: list[Run], allow_mismatch: bool = False) -> dict[str, dict[str, str]]:
+    """Return :func:`protocol_differences`; raise :class:`ProtocolMismatchError` on any unless allowed."""
+    differences = protocol_differences(runs)
+    if differences and not allow_mismatch:
+        detail = "; ".join(
+            f"{key}: " + ", ".join(f"{label}: {value}" for label, value in values.items())
+            for key, values in differences.items()
+        )
+        raise ProtocolMismatchError(
+            f"the runs were certified under different protocols ({detail}); compare runs with the same "
+            "inputs, N, n0, alpha, seed and split, or pass --allow-mismatch to report them anyway (marked)"
+        )
+    return differences
+
+
+def mismatched_keys(run: Run, reference: Run) -> list[str]:
+    """Protocol keys in which ``run`` differs from ``reference``."""
+    a, b = run.protocol(), reference.protocol()
+    return [k for k in PROTOCOL_KEYS if a[k] != b[k]]
+
+
+def sigma_groups(runs: list[Run]) -> dict[float | None, list[Run]]:
+    """Runs by σ (None: unknown), in order of first appearance."""
+    groups: dict[float | None, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.sigma, []).append(run)
+    return groups
+
+
+def ecdf_relation(y_a, y_b, grid=ECDF_GRID) -> tuple[str, list[float]]:
+    """Compare two pA ECDFs on ``grid``: ``("identical" | "dominates" | "dominated" | "crosses", crossings)``.
+
+    "dominates": y_A(x) ≥ y_B(x) for every x, strictly somewhere (A ≥ B for every pA ≥ 0.5). Crossings are
+    the grid points x where the leader changes: the first x at which the other curve is strictly above,
+    after a stretch where the first was (ties in between are skipped).
+    """
+    diff = np.asarray(y_a, dtype=float) - np.asarray(y_b, dtype=float)
+    sign = np.where(diff > _TOL, 1, np.where(diff < -_TOL, -1, 0))
+    if not sign.any():
+        return "identical", []
+    if (sign >= 0).all():
+        return "dominates", []
+    if (sign <= 0).all():
+        return "dominated", []
+    nonzero = np.flatnonzero(sign)
+    changes = nonzero[1:][sign[nonzero[1:]] != sign[nonzero[:-1]]]
+    return "crosses", [float(grid[i]) for i in changes]
+
+
+def dominance(runs: list[Run], grid=ECDF_GRID) -> list[dict]:
+    """Every pair of runs with the same σ and an ECDF: relation, crossings, ACRs and whether ACR disagrees
+    (A dominates B but ACR(A) < ACR(B), or the reverse)."""
+    out = []
+    for sigma, group in sigma_groups(runs).items():
+        group = [r for r in group if r.has_counts]
+        for i, a in enumerate(group):
+            for b in group[i + 1 :]:
+                relation, crossings = ecdf_relation(a.ecdf(grid), b.ecdf(grid), grid)
+                acr_a, acr_b = a.acr, b.acr
+                disagrees = (relation == "dominates" and acr_a < acr_b) or (
+                    relation == "dominated" and acr_a > acr_b
+                )
+                out.append(
+                    {
+                        "sigma": sigma,
+                        "a": a.label,
+                        "b": b.label,
+                        "relation": relation,
+                        "crossings": crossings,
+                        "acr_a": acr_a,
+                        "acr_b": acr_b,
+                        "acr_disagrees": disagrees,
+                    }
+                )
+    return out
+
+
+def dominance_matrix(group: list[Run], pairs: list[dict]) -> list[list[str]]:
+    """Cells [i][j] for runs ``group`` (one σ): "≥" row dominates column, "≤" the reverse, "=" equal,
+    "× x, ..." crossing points, "—" on the diagonal or without an ECDF."""
+    by_pair = {(p["a"], p["b"]): p for p in pairs}
+    symbol = {"dominates": "≥", "dominated": "≤", "identical": "="}
+    reverse = {"dominates": "dominated", "dominated": "dominates", "identical": "identical"}
+    matrix = []
+    for a in group:
+        cells = []
+        for b in group:
+            pair, flipped = by_pair.get((a.label, b.label)), False
+            if pair is None:
+                pair, flipped = by_pair.get((b.label, a.label)), True
+            if a is b or pair is None:
+                cells.append("—")
+            elif pair["relation"] == "crosses":
+                cells.append("× " + ", ".join(f"{x:.3f}" for x in pair["crossings"]))
+            else:
+                cells.append(symbol[reverse[pair["relation"]] if flipped else pair["relation"]])
+        matrix.append(cells)
+    return matrix
+
+
+def default_radii(runs: list[Run], step: float = 0.25, max_columns: int = 12) -> list[float]:
+    """0, step, … up to the largest radius any run certified (step doubled until ≤ ``max_columns``)."""
+    top = max(float(np.max(r.rows["radius"], initial=0.0)) for r in runs)
+    while top / step + 1 > max_columns:
+        step *= 2
+    return [round(float(r), 6) for r in np.arange(0.0, top + 1e-9, step)]
+
+
+def comparison_table(runs: list[Run], radii, reference: Run | None = None) -> list[dict]:
+    """Table-2-style rows: settings, ACR, certified accuracy at ``radii``, abstain rate, ECDF points.
+
+    With ``reference``, a ``protocol`` column says where each run's protocol differs from it.
+    """
+    table = []
+    for run in runs:
+        row = {
+            "label": run.label,
+            "method": run.method or "",
+            "sigma": run.sigma,
+            "N": run.n,
+            "n0": run.n0,
+            "alpha": run.alpha,
+            "inputs": run.num_inputs,
+            "acr": run.acr,
+        }
+        row |= {f"ca@{r:g}": float(a) for r, a in zip(radii, run.certified_accuracy(radii), strict=True)}
+        row["abstain_rate"] = run.abstain_rate
+        ecdf = run.ecdf(np.asarray(ECDF_POINTS))
+        for j, x in enumerate(ECDF_POINTS):
+            row[f"y({x:g})"] = None if ecdf is None else float(ecdf[j])
+        if reference is not None:
+            keys = mismatched_keys(run, reference)
+            row["protocol"] = (
+                "reference" if run is reference else ("differs: " + ", ".join(keys) if keys else "ok")
+            )
+        row["path"] = str(run.path)
+        table.append(row)
+    return table

@@ -1,0 +1,448 @@
+"""Compare certification runs: ``python -m rs_lightning.cli.report RUN_DIR... [--out DIR]``.
+
+Writes ``report.md`` (protocol block, Table-2-style table, pA-ECDF dominance matrix, ACR/ECDF
+disagreements, ACR at other budgets), ``table.csv``, ``dominance.csv``, ``budget.csv``,
+``pa_ecdf_sigma<σ>.png`` per σ and ``budget_acr.png`` (Sun et al. 2025, *Average Certified Radius is a Poor
+Metric for Randomized Smoothing*, Table 2 and Appendix B). ``report budget RUN_DIR...`` prints and plots ACR
+against the budget N′ next to the constant classifier's closed form (Theorem 1). Errors: one line
+``error: ...`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rs_lightning.analysis.budget import (
+    EXTRAPOLATION_WARNING,
+    budget_figure,
+    budget_table,
+    check_budget,
+    constant_classifier_acr,
+    constant_classifier_budget,
+)
+from rs_lightning.analysis.compare import (
+    Run,
+    assign_labels,
+    check_protocol,
+    comparison_table,
+    default_radii,
+    dominance,
+    dominance_matrix,
+    load_runs,
+    sigma_groups,
+    unverified_keys,
+)
+from rs_lightning.analysis.plots import pa_ecdf_figure, save_figure
+from rs_lightning.analysis.results import ResultFileError
+from rs_lightning.validation import ConfigError
+
+DEFAULT_BUDGETS = (100, 1_000, 10_000, 100_000)
+OUTPUTS = ("report.md", "table.csv", "dominance.csv", "budget.csv", "budget_acr.png", "pa_ecdf_sigma*.png")
+DOMINANCE_COLUMNS = ("sigma", "a", "b", "relation", "crossings", "acr_a", "acr_b", "acr_disagrees")
+
+
+def method_name(run: Run) -> str | None:
+    """The training method's class name from the run's checkpoint metadata (read with weights_only=True);
+    the model's class for a checkpoint-free run (e.g. ConstantClassifier); None if unknown."""
+    checkpoint, model = run.settings.get("checkpoint"), run.settings.get("model")
+    if checkpoint is None:
+        target = model.get("_target_") if isinstance(model, dict) else None
+        return target.rsplit(".", 1)[-1] if target else None
+    if not Path(checkpoint).is_file():
+        return None
+    from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
+
+    try:
+        return str(read_checkpoint(checkpoint)[CHECKPOINT_KEY]["method"]["_target_"]).rsplit(".", 1)[-1]
+    except (CheckpointError, KeyError, TypeError):
+        return None
+
+
+def load(paths: Sequence[str], sigma: float | None) -> list[Run]:
+    """Runs under ``paths``, labelled "<method> σ=<sigma>"."""
+    runs = load_runs(paths, sigma)
+    for run in runs:
+        run.method = method_name(run)
+    assign_labels(runs)
+    return runs
+
+
+def prepare_out(out: str | None, overwrite: bool, suffix: str = "") -> Path:
+    """The output folder: new or empty, or (``overwrite``) with the previous report's files removed."""
+    path = Path(out or f"outputs/report/{dt.datetime.now():%Y-%m-%d/%H-%M-%S}{suffix}")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        if not overwrite:
+            raise ResultFileError(
+                f"{path} already exists and is not empty; choose another --out or pass --overwrite"
+            )
+        for pattern in OUTPUTS:
+            for old in path.glob(pattern):
+                old.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return "nan" if np.isnan(value) else f"{value:.4f}"
+    return str(value)
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows])
+
+
+def write_csv(path: Path, rows: list[dict], columns: Sequence[str] = ()) -> None:
+    """Rows as CSV (None → empty); ``columns`` gives the header when there are no rows."""
+    columns = list(dict.fromkeys([*columns, *(k for row in rows for k in row)]))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+
+
+def budgets_for(runs: list[Run], budgets: Sequence[int] | None) -> list[int]:
+    """The requested budgets (default 1e2 … 1e5), plus each run's own N."""
+    return sorted(set(budgets or DEFAULT_BUDGETS) | {r.n for r in runs if r.n})
+
+
+def run_budget_rows(
+    run: Run, budgets: Sequence[int], radii: Sequence[float] = (), rules=("plugin", "expected")
+) -> list[dict]:
+    """Both rules at every budget for one run, flat (``ca@r`` columns); extrapolation is the rows' flag."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = budget_table(
+            run.pa(), n=run.n, sigma=run.sigma, alpha=run.alpha, budgets=budgets, radii=radii, rules=rules
+        )
+    c, share = run.constant_reference()
+    return [
+        {"run": run.label, "sigma": run.sigma, "alpha": run.alpha}
+        | {k: v for k, v in row.items() if k != "certified_accuracy"}
+        | {f"ca@{r:g}": v for r, v in row["certified_accuracy"].items()}
+        | {
+            "constant_class": c,
+            "constant_share": share,
+            "constant_acr": float(constant_classifier_acr(share, run.sigma, run.alpha, row["budget"])),
+        }
+        for row in rows
+    ]
+
+
+def budget_plot(runs: list[Run], budgets: list[int], path: Path) -> Path:
+    """ACR(N′) by the plug-in rule per run (log-spaced N′), the constant classifier's closed form dashed."""
+    grid = np.unique(np.geomspace(min(budgets), max(budgets), 25).round().astype(int))
+    dense = sorted(set(grid.tolist()) | set(budgets))
+    curves, references = {}, {}
+    for run in runs:
+        rows = run_budget_rows(run, dense, rules=("plugin",))
+        curves[run.label] = (dense, [r["acr"] for r in rows])
+        c, share = run.constant_reference()
+        key = f"constant c={c} (π={share:.3f}), σ={run.sigma:g}, α={run.alpha:g}"
+        references[key] = (dense, [r["constant_acr"] for r in rows])
+    return save_figure(budget_figure(curves, references, {r.label: r.n for r in runs}), path)
+
+
+def _protocol_section(runs: list[Run], differences: dict, notes: list[str]) -> list[str]:
+    out = []
+    if differences:
+        out += [
+            "> **⚠ PROTOCOL MISMATCH (--allow-mismatch): these runs were certified under different protocols "
+            f"({', '.join(differences)}); their numbers are not comparable. See the `protocol` column.**",
+            "",
+        ]
+    columns = ["run", "σ", "N", "n0", "α", "seed", "split", "inputs", "folder"]
+    rows = [
+        [r.label, *[None if v is None else f"{v:g}" for v in (r.sigma, r.n, r.n0, r.alpha)],
+         r.settings.get("seed"), r.settings.get("split"), r.num_inputs, str(r.path)]
+        for r in runs
+    ]  # fmt: skip
+    out += ["## Settings and protocol", "", md_table(columns, rows), ""]
+    if differences:
+        out += [
+            f"- **{k} differs**: " + "; ".join(f"{a}: {v}" for a, v in d.items())
+            for k, d in differences.items()
+        ]
+    else:
+        out.append("- All runs share the inputs (idx set), N, n0, α, seed and split.")
+    if unknown := unverified_keys(runs):
+        out.append(f"- Not recorded by any run, so not verified: {', '.join(unknown)}.")
+    return out + [f"- {note}" for note in notes]
+
+
+def _dominance_section(runs: list[Run], pairs: list[dict]) -> list[str]:
+    out = [
+        "## pA ECDF dominance",
+        "",
+        "`≥`: the row's ECDF is ≥ the column's for every pA ≥ 0.5 (grid 0.500…1.000); `≤`: the reverse; "
+        "`=`: equal; `× x`: they cross at pA = x (first grid point where the other leads).",
+    ]
+    for sigma, group in sigma_groups(runs).items():
+        group = [r for r in group if r.has_counts]
+        out += ["", f"### σ = {'?' if sigma is None else f'{sigma:g}'}", ""]
+        if len(group) < 2:
+            out.append("Fewer than two runs with an ECDF at this σ: nothing to compare.")
+            continue
+        cells = dominance_matrix(group, pairs)
+        out.append(
+            md_table(
+                ["", *[r.label for r in group]], [[r.label, *c] for r, c in zip(group, cells, strict=True)]
+            )
+        )
+    out += ["", "## ACR order against ECDF dominance", ""]
+    flagged = [p for p in pairs if p["acr_disagrees"]]
+    for p in flagged:
+        (a, acr_a), (b, acr_b) = sorted([(p["a"], p["acr_a"]), (p["b"], p["acr_b"])], key=lambda t: -t[1])
+        out.append(
+            f"- **{b} dominates {a}** (ECDF ≥ for every pA ≥ 0.5) "
+            f"but ACR({b}) = {acr_b:.4f} < ACR({a}) = {acr_a:.4f}"
+        )
+    if not flagged:
+        out.append("No pair's ACR order contradicts ECDF dominance.")
+    crossing = [p for p in pairs if p["relation"] == "crosses"]
+    if crossing:
+        out += ["", "Pairs whose ECDFs cross (ACR picks one; neither is better for every pA):", ""]
+    for p in crossing:
+        first = p["a"] if p["acr_a"] >= p["acr_b"] else p["b"]
+        where = ", ".join(f"{x:.3f}" for x in p["crossings"])
+        out.append(f"- {p['a']} and {p['b']} cross at pA = {where}; ACR ranks {first} first.")
+    return out
+
+
+def _budget_section(runs: list[Run], budget_rows: list[dict], budgets: list[int]) -> list[str]:
+    out = ["## ACR at other budgets N′ (Sun et al. 2025, Appendix B)", ""]
+    if not budget_rows:
+        return out + ["No run has nA/n, σ and α: no budget conversion."]
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    for row in budget_rows:
+        cells.setdefault((row["run"], row["rule"]), {})[row["budget"]] = (
+            f"{row['acr']:.4f}" + "†" * row["extrapolated"]
+        )
+    for row in budget_rows:
+        c, share, sigma, alpha = (row[k] for k in ("constant_class", "constant_share", "sigma", "alpha"))
+        key = (f"constant c={c} (π={share:.3f}, σ={sigma:g}, α={alpha:g})", "closed form")
+        cells.setdefault(key, {})[row["budget"]] = f"{row['constant_acr']:.4f}"
+    body = [[run, rule, *[by.get(b, "") for b in budgets]] for (run, rule), by in cells.items()]
+    out += [md_table(["run", "rule", *[f"N′={b:g}" for b in budgets]], body), ""]
+    out.append(
+        "`plugin`: R(round(p̂·N′)); `expected`: E over n_A ~ Bin(N′, p̂). "
+        f"† N′ > the run's N: {EXTRAPOLATION_WARNING}. Constant: π_c·σ·Φ⁻¹(α^(1/N′)) (Theorem 1), c = the "
+        "run's majority class (or its own label for a ConstantClassifier run)."
+    )
+    best = max((r for r in runs if not r.budget_gaps()), key=lambda r: r.acr)
+    c, share = best.constant_reference()
+    if share > 0:
+        need = constant_classifier_budget(best.acr, share, best.sigma, best.alpha)
+        out.append(
+            f"\nThe constant classifier h ≡ {c} reaches the best ACR here ({best.label}: {best.acr:.4f}) "
+            f"at N ≈ {need:.2g}."
+        )
+    return out + ["", "![ACR against N′](budget_acr.png)"]
+
+
+def ecdf_png(sigma: float | None) -> str:
+    return "pa_ecdf_sigma_unknown.png" if sigma is None else f"pa_ecdf_sigma{sigma:g}.png"
+
+
+def render_report(runs, differences, table, pairs, budget_rows, budgets, notes) -> str:
+    """The text of ``report.md``."""
+    headers = [k for k in table[0] if k not in ("path", "method", "sigma", "N", "n0", "alpha", "inputs")]
+    out = ["# Certification report", "", *_protocol_section(runs, differences, notes)]
+    out += ["", "## Certified accuracy and ACR (Table-2 style)", ""]
+    out += [md_table(headers, [[row[k] for k in headers] for row in table]), ""]
+    out.append(
+        "`ca@r`: share of inputs certified correct with radius ≥ r; `y(x)`: share with p̂A ≥ x "
+        "(true label; wrong or abstained = 0)."
+    )
+    out += ["", *_dominance_section(runs, pairs), "", *_budget_section(runs, budget_rows, budgets)]
+    pngs = [ecdf_png(s) for s, group in sigma_groups(runs).items() if any(r.has_counts for r in group)]
+    if pngs:
+        out += ["", "## pA ECDF", "", *[f"![pA ECDF]({p})" for p in pngs]]
+    return "\n".join(out) + "\n"
+
+
+def report(
+    paths: Sequence[str],
+    out: str | None = None,
+    *,
+    radii: Sequence[float] | None = None,
+    budgets: Sequence[int] | None = None,
+    allow_mismatch: bool = False,
+    overwrite: bool = False,
+    sigma: float | None = None,
+    use_wandb: bool = False,
+) -> dict:
+    """Write the comparison report of the runs under ``paths`` into ``out``; returns its parts."""
+    runs = load(paths, sigma)
+    differences = check_protocol(runs, allow_mismatch)
+    folder = prepare_out(out, overwrite)
+    radii = list(radii) if radii else default_radii(runs)
+    table = comparison_table(runs, radii, reference=runs[0] if differences else None)
+    pairs = dominance(runs)
+    notes = [note for note in (r.limitations() for r in runs) if note]
+    notes += [
+        f"{r.label}: no budget conversion (no {', '.join(r.budget_gaps())})"
+        for r in runs
+        if r.has_counts and r.budget_gaps()
+    ]
+    supported = [r for r in runs if not r.budget_gaps()]
+    chosen = budgets_for(supported, budgets)
+    budget_rows = [row for run in supported for row in run_budget_rows(run, chosen, radii)]
+    write_csv(folder / "table.csv", table)
+    crossings = [{**p, "crossings": ";".join(f"{x:.3f}" for x in p["crossings"])} for p in pairs]
+    write_csv(folder / "dominance.csv", crossings, DOMINANCE_COLUMNS)
+    figures = [
+        save_figure(pa_ecdf_figure({r.label: r.pa() for r in group}), folder / ecdf_png(s))
+        for s, group in ((s, [r for r in g if r.has_counts]) for s, g in sigma_groups(runs).items())
+        if group
+    ]
+    if supported:
+        write_csv(folder / "budget.csv", budget_rows)
+        figures.append(budget_plot(supported, chosen, folder / "budget_acr.png"))
+    text = render_report(runs, differences, table, pairs, budget_rows, chosen, notes)
+    (folder / "report.md").write_text(text)
+    if use_wandb:
+        log_to_wandb(folder, table, figures)
+    print(text + f"report: {folder}")
+    return {"out": folder, "runs": runs, "table": table, "dominance": pairs, "budget": budget_rows}
+
+
+def log_to_wandb(folder: Path, table: list[dict], figures: list[Path]) -> None:
+    """Log the table (``wandb.Table``) and the figures to a W&B run, offline unless WANDB_MODE is set."""
+    import wandb
+
+    columns = list(table[0])
+    run = wandb.init(
+        project=os.environ.get("WANDB_PROJECT", "rs-lightning"),
+        job_type="report",
+        dir=str(folder),
+        mode=os.environ.get("WANDB_MODE", "offline"),
+    )
+    try:
+        data = [["" if row.get(c) is None else row[c] for c in columns] for row in table]
+        images = {f"report/{path.stem}": wandb.Image(str(path)) for path in figures}
+        run.log({"report/table": wandb.Table(columns=columns, data=data), **images})
+    finally:
+        run.finish()
+
+
+def budget_view(
+    paths: Sequence[str],
+    out: str | None = None,
+    *,
+    budgets: Sequence[int] | None = None,
+    overwrite: bool = False,
+    sigma: float | None = None,
+) -> dict:
+    """``report budget``: ACR against N′ per run (plug-in and expectation rules) next to the constant
+    classifier's closed form for the run's σ, α and class shares; prints it, writes budget.csv and
+    budget_acr.png."""
+    runs = load(paths, sigma)
+    supported = [r for r in runs if not r.budget_gaps()]
+    notes = [
+        f"{r.label}: no budget conversion (no {', '.join(r.budget_gaps())})" for r in runs if r.budget_gaps()
+    ]
+    if not supported:
+        raise ResultFileError("no budget conversion possible: " + "; ".join(notes))
+    folder = prepare_out(out, overwrite, suffix="-budget")
+    chosen = budgets_for(supported, budgets)
+    rows, lines = [], []
+    for run in supported:
+        c, share = run.constant_reference()
+        lines.append(
+            f"{run.label}: N={run.n}, alpha={run.alpha:g}, {run.num_inputs} inputs, own ACR {run.acr:.6f}"
+        )
+        lines.append(
+            f"  {'N′':>10}  {'plug-in ACR':>12}  {'expected ACR':>12}  constant c={c} (π={share:.4f})"
+        )
+        run_rows = run_budget_rows(run, chosen)
+        for plug, expect in zip(run_rows[::2], run_rows[1::2], strict=True):
+            mark = " (= N)" if plug["budget"] == run.n else " †" * plug["extrapolated"]
+            lines.append(
+                f"  {plug['budget']:>10}  {plug['acr']:>12.6f}  {expect['acr']:>12.6f}  "
+                f"{plug['constant_acr']:.6f}{mark}"
+            )
+        rows += run_rows
+    if any(r["extrapolated"] for r in rows):
+        lines.append(f"† N′ > the run's N: {EXTRAPOLATION_WARNING}")
+    write_csv(folder / "budget.csv", rows)
+    budget_plot(supported, chosen, folder / "budget_acr.png")
+    text = "\n".join(lines + notes)
+    print(text + f"\nbudget view: {folder}")
+    return {"out": folder, "runs": supported, "rows": rows, "text": text}
+
+
+def _budget_arg(value: str) -> int:
+    try:
+        return check_budget(float(value))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def parse_args(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
+    """``budget RUN_DIR...`` or ``RUN_DIR...`` (a run folder literally named ``budget``: ``./budget``)."""
+    command = "budget" if list(argv[:1]) == ["budget"] else "report"
+    parser = argparse.ArgumentParser(
+        prog="python -m rs_lightning.cli.report" + (" budget" if command == "budget" else ""),
+        description="ACR against the budget N′ per run, next to the constant classifier's closed form."
+        if command == "budget"
+        else "Compare certification runs (report.md, table.csv, dominance.csv, plots). "
+        "Subcommand: budget RUN_DIR... [--budgets N ...].",
+    )
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN_DIR", help="run folders, multirun folders or TSV files"
+    )
+    parser.add_argument("--out", help="output folder (default outputs/report/<date>/<time>)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the report files in an existing --out"
+    )
+    parser.add_argument(
+        "--budgets", nargs="+", type=_budget_arg, metavar="N", help="budgets N′ (default 1e2…1e5)"
+    )
+    parser.add_argument("--sigma", type=float, help="σ for runs that record none (old Cohen TSVs)")
+    if command == "report":
+        parser.add_argument("--radii", nargs="+", type=float, help="radii of the certified-accuracy columns")
+        parser.add_argument(
+            "--allow-mismatch", action="store_true", help="report runs with different protocols"
+        )
+        parser.add_argument(
+            "--wandb", action="store_true", help="also log the table and plots to W&B (offline)"
+        )
+    return command, parser.parse_args(argv[1:] if command == "budget" else argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; a user error prints ``error: ...`` on one line and returns 2."""
+    command, args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    common = dict(out=args.out, budgets=args.budgets, overwrite=args.overwrite, sigma=args.sigma)
+    try:
+        if command == "budget":
+            budget_view(args.runs, **common)
+        else:
+            report(
+                args.runs,
+                radii=args.radii,
+                allow_mismatch=args.allow_mismatch,
+                use_wandb=args.wandb,
+                **common,
+            )
+    except (ConfigError, ResultFileError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

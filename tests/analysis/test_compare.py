@@ -1,0 +1,165 @@
+"""Comparing runs: ECDF dominance and crossings, ACR disagreements, the protocol check, old Cohen TSVs."""
+
+import json
+
+import numpy as np
+import pytest
+
+from rs_lightning.analysis import ECDF_GRID, ResultFileError, ResultWriter, pa_ecdf
+from rs_lightning.analysis.compare import (
+    ProtocolMismatchError,
+    assign_labels,
+    check_protocol,
+    comparison_table,
+    dominance,
+    ecdf_relation,
+    find_run_paths,
+    load_run,
+    load_runs,
+)
+from rs_lightning.smoothing.stats import clopper_pearson_lower, radius_from_pa
+
+COHEN_TSV = (
+    "idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
+    "0\t3\t3\t0.512\t1\t0:00:01.250000\n"
+    "20\t8\t-1\t0.0\t0\t0:00:01.100000\n"
+    "40\t0\t0\t0.91\t1\t0:00:01.000000\n"
+    "60\t2\t5\t0.3\t0\t0:00:01.000000\n"
+)
+
+
+def write_run(folder, n_a, *, n=1000, sigma=0.25, alpha=0.001, seed=0, n0=100, idx=None, wrong=()):
+    """A run folder as certify.py writes it; ``wrong``: positions whose selected class is not the label."""
+    n_a = np.asarray(n_a)
+    idx = np.arange(n_a.size) if idx is None else np.asarray(idx)
+    lower = clopper_pearson_lower(n_a, n, alpha)
+    folder.mkdir(parents=True, exist_ok=True)
+    with ResultWriter(folder / "certify.tsv") as writer:
+        for j, i in enumerate(idx):
+            label, abstain = int(i) % 10, lower[j] < 0.5
+            predict = -1 if abstain else (label + 1) % 10 if j in wrong else label
+            writer.write(
+                {
+                    "idx": i,
+                    "label": label,
+                    "predict": predict,
+                    "radius": radius_from_pa(lower[j], sigma),
+                    "correct": int(predict == label),
+                    "time": 0.01,
+                    "nA": n_a[j],
+                    "n": n,
+                    "pA_lower": lower[j],
+                    "pA_hat": n_a[j] / n,
+                    "n0": n0,
+                    "nA0": n0,
+                }
+            )
+    settings = {"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "seed": seed, "split": "test"}
+    (folder / "settings.json").write_text(json.dumps(settings))
+    return folder
+
+
+def test_ecdf_relation_dominating_crossing_identical():
+    a = pa_ecdf(np.r_[np.full(6, 0.8), np.zeros(4)])  # 60% of inputs at pA = 0.8
+    b = pa_ecdf(np.r_[np.full(4, 0.95), np.zeros(6)])  # 40% at pA = 0.95
+    relation, crossings = ecdf_relation(a, b)
+    assert relation == "crosses" and crossings == [0.801]  # a leads up to 0.800, b from 0.801 on
+    assert ecdf_relation(b, a) == ("crosses", [0.801])
+    c = pa_ecdf(np.r_[np.full(6, 0.95), np.zeros(4)])
+    assert ecdf_relation(c, b) == ("dominates", [])
+    assert ecdf_relation(b, c) == ("dominated", [])
+    assert ecdf_relation(a, a.copy()) == ("identical", [])
+    twice = pa_ecdf(np.r_[0.6, 0.6, 0.6, 0.6, 0.99, 0.99])  # leads below 0.6 and in (0.8, 0.99]
+    other = pa_ecdf(np.r_[0.8, 0.8, 0.8, 0.8, 0.0, 0.0])
+    assert ecdf_relation(twice, other, ECDF_GRID) == ("crosses", [0.601, 0.801])
+
+
+def test_dominance_and_acr_disagreement(tmp_path):
+    # A: every input has p̂ = 1 at N = 100 (radius cap 0.375); B: p̂ = 0.999 at N = 1e5 (radius ~0.76).
+    # A's ECDF dominates B's, but B's larger N gives it the larger ACR: the report must flag it.
+    a = load_run(write_run(tmp_path / "a", np.full(20, 100), n=100))
+    b = load_run(write_run(tmp_path / "b", np.full(20, 99_900), n=100_000))
+    c = load_run(write_run(tmp_path / "c", np.full(20, 99), n=100))
+    runs = [a, b, c]
+    assign_labels(runs)
+    pairs = {(p["a"], p["b"]): p for p in dominance(runs)}
+    ab = pairs[(a.label, b.label)]
+    assert ab["relation"] == "dominates" and ab["acr_a"] < ab["acr_b"] and ab["acr_disagrees"]
+    ac = pairs[(a.label, c.label)]
+    assert ac["relation"] == "dominates" and not ac["acr_disagrees"]
+    with pytest.raises(ProtocolMismatchError, match=r"N: .*100000.*--allow-mismatch"):
+        check_protocol(runs)
+
+
+def test_protocol_check_lists_what_differs(tmp_path):
+    base = write_run(tmp_path / "base", np.full(10, 990))
+    same = write_run(tmp_path / "same", np.full(10, 950))
+    runs = load_runs([base, same])
+    assign_labels(runs)
+    assert check_protocol(runs) == {}
+    other_subset = write_run(tmp_path / "subset", np.full(10, 990), idx=np.arange(1, 11))
+    other_alpha = write_run(tmp_path / "alpha", np.full(10, 990), alpha=0.01, seed=1)
+    runs = load_runs([base, other_subset, other_alpha])
+    assign_labels(runs)
+    with pytest.raises(ProtocolMismatchError) as err:
+        check_protocol(runs)
+    message = str(err.value)
+    assert "subset:" in message and "alpha:" in message and "seed:" in message and "N:" not in message
+    assert "shared by all: 9 inputs" in message
+    differences = check_protocol(runs, allow_mismatch=True)
+    assert set(differences) == {"subset", "alpha", "seed"}
+    table = comparison_table(runs, [0.0, 0.25], reference=runs[0])
+    assert [row["protocol"] for row in table] == ["reference", "differs: subset", "differs: alpha, seed"]
+
+
+def test_old_cohen_tsv_gives_acr_and_accuracy_but_no_ecdf(tmp_path):
+    path = tmp_path / "noise_0.25.tsv"
+    path.write_text(COHEN_TSV)
+    run = load_run(path, sigma=0.25)
+    assign_labels([run])
+    assert not run.has_counts and run.pa() is None and run.ecdf() is None
+    assert run.acr == pytest.approx((0.512 + 0.91) / 4)
+    np.testing.assert_allclose(run.certified_accuracy([0.0, 0.6]), [0.5, 0.25])
+    assert run.label == "noise_0.25 σ=0.25"
+    assert "no" in run.limitations() and "pA ECDF" in run.limitations()
+    row = comparison_table([run], [0.0])[0]
+    assert row["acr"] == run.acr and row["y(0.5)"] is None and row["N"] is None
+    assert dominance([run, run]) == []
+
+
+def test_multirun_folders_are_searched_and_bad_folders_are_named(tmp_path):
+    sweep = tmp_path / "multirun"
+    write_run(sweep / "0_sigma=0.25", np.full(5, 990))
+    write_run(sweep / "1_sigma=0.5", np.full(5, 990), sigma=0.5)
+    assert [p.name for p in find_run_paths([sweep])] == ["0_sigma=0.25", "1_sigma=0.5"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ResultFileError, match=r"empty holds no certify.tsv"):
+        find_run_paths([tmp_path / "empty"])
+    with pytest.raises(ResultFileError, match=r"missing does not exist"):
+        find_run_paths([tmp_path / "missing"])
+    (tmp_path / "blank").mkdir()
+    (tmp_path / "blank" / "certify.tsv").write_text("")
+    with pytest.raises(ResultFileError, match=r"blank/certify.tsv is empty"):
+        load_run(tmp_path / "blank")
+    header_only = tmp_path / "header"
+    header_only.mkdir()
+    (header_only / "certify.tsv").write_text(COHEN_TSV.splitlines()[0] + "\n")
+    with pytest.raises(ResultFileError, match=r"header/certify.tsv holds no result rows"):
+        load_run(header_only)
+    broken = write_run(tmp_path / "broken", np.full(5, 990))
+    (broken / "settings.json").write_text("{not json")
+    with pytest.raises(ResultFileError, match=r"broken/settings.json is unreadable"):
+        load_run(broken)
+
+
+def test_labels_are_unique_and_table_matches_the_rows(tmp_path):
+    runs = load_runs(
+        [write_run(tmp_path / "x" / "run", np.full(8, 990)), write_run(tmp_path / "y" / "run", [990] * 8)]
+    )
+    for run in runs:
+        run.method = "GaussianAugmentation"
+    assign_labels(runs)
+    assert runs[0].label != runs[1].label and runs[0].label.startswith("GaussianAugmentation σ=0.25")
+    row = comparison_table(runs, [0.0, 0.5])[0]
+    assert row["N"] == 1000 and row["alpha"] == 0.001 and row["inputs"] == 8
+    assert row["ca@0"] == 1.0 and row["y(0.99)"] == 1.0 and row["y(1)"] == 0.0

@@ -1,0 +1,236 @@
+"""``python -m rs_lightning.cli.report``: the trivial classifier certified without a checkpoint, the budget
+view, the comparison report's files, the protocol refusal, old Cohen TSVs, W&B, overwrite protection."""
+
+import csv
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from omegaconf import open_dict
+from rs_testing import REPO, certify_config, compose_config
+
+from rs_lightning.analysis import read_results
+from rs_lightning.analysis.budget import class_shares, constant_classifier_acr
+from rs_lightning.cli.certify import certify
+from rs_lightning.cli.report import main
+from rs_lightning.validation import ConfigError
+
+CONSTANT = ["checkpoint=null", "model=constant", "data=digits", "sigma=0.25", "n0=10"]
+
+
+def constant_config(out, *overrides: str):
+    cfg = compose_config("certify", [*CONSTANT, "n=1000", "max=60", f"output_dir={out}", *overrides])
+    with open_dict(cfg):
+        cfg.device = "cpu"
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def constant_runs(tmp_path_factory) -> dict:
+    """model=constant on digits: label 0 and label 3 (same protocol), and one at another N."""
+    root = tmp_path_factory.mktemp("constant")
+    runs = {
+        "c0": (root / "c0", []),
+        "c3": (root / "c3", ["model.label=3"]),
+        "n2000": (root / "n2000", ["n=2000"]),
+        "max40": (root / "max40", ["max=40"]),
+    }
+    return {name: (certify(constant_config(out, *extra)), out) for name, (out, extra) in runs.items()}
+
+
+def test_constant_classifier_acr_equals_the_closed_form(constant_runs):
+    """Sun et al. 2025, Theorem 1: ACR(h ≡ c) = π_c·σ·Φ⁻¹(α^(1/N)), π_c over the certified inputs."""
+    for name, label, n in (("c0", 0, 1000), ("c3", 3, 1000), ("n2000", 0, 2000)):
+        summary, out = constant_runs[name]
+        rows = read_results(out / "certify.tsv")
+        share = class_shares(rows["label"])[label]
+        closed = constant_classifier_acr(share, 0.25, 0.001, n)
+        assert summary["acr"] == pytest.approx(closed, rel=1e-9)  # the TSV keeps 10 significant digits
+        cap = f"{constant_classifier_acr(1.0, 0.25, 0.001, n):.10g}"
+        assert {f"{r:.10g}" for r in rows["radius"][rows["label"] == label]} == {cap}
+        assert (rows["correct"] == (rows["label"] == label)).all() and (rows["nA"] == n).all()
+        settings = json.loads((out / "settings.json").read_text())
+        assert settings["checkpoint"] is None and settings["checkpoint_sha256"] is None
+        assert settings["model"] == {
+            "_target_": "rs_lightning.models.constant.ConstantClassifier",
+            "label": label,
+        }
+
+
+def test_budget_view_puts_the_constant_run_on_its_closed_form(constant_runs, tmp_path, capsys):
+    summary, run = constant_runs["c0"]
+    assert main(["budget", str(run), "--out", str(tmp_path / "b"), "--budgets", "100", "100000"]) == 0
+    printed = capsys.readouterr().out
+    assert "(= N)" in printed
+    assert "biased upward: inputs with p̂ = 1 are assumed to have p_A = 1" in printed
+    with (tmp_path / "b" / "budget.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["budget"] for r in rows} == {"100", "1000", "100000"}
+    for row in rows:
+        assert float(row["acr"]) == pytest.approx(float(row["constant_acr"]), rel=1e-12)
+        assert (row["extrapolated"] == "True") == (row["budget"] == "100000")
+    own = [r for r in rows if r["budget"] == "1000" and r["rule"] == "plugin"][0]
+    assert float(own["acr"]) == pytest.approx(summary["acr"], rel=1e-9)
+    assert (tmp_path / "b" / "budget_acr.png").stat().st_size > 0
+
+
+def test_budget_below_one_is_refused(constant_runs, capsys):
+    with pytest.raises(SystemExit) as err:
+        main(["budget", str(constant_runs["c0"][1]), "--budgets", "0"])
+    assert err.value.code == 2 and "N'=0.0 is invalid" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["model=digits_cnn", "data=digits", "sigma=0.25"],
+            r"^checkpoint=None is invalid: .*"
+            r"its weights would be random; pass checkpoint=",
+        ),
+        (["model=constant", "sigma=0.25"], r"^data=None is invalid"),
+        (["model=constant", "data=digits"], r"^sigma=None is invalid"),
+        (["data=digits", "sigma=0.25"], r"^model=None is invalid"),
+    ],
+)
+def test_certify_without_checkpoint_needs_a_parameter_free_model_data_and_sigma(tmp_path, overrides, message):
+    cfg = compose_config(
+        "certify", ["checkpoint=null", *overrides, "n=100", "max=5", f"output_dir={tmp_path}"]
+    )
+    with pytest.raises(ConfigError, match=message):
+        certify(cfg)
+    assert not (tmp_path / "certify.tsv").exists()
+
+
+def test_constant_run_resume_checks_the_model(tmp_path):
+    certify(constant_config(tmp_path, "max=5", "n=100"))
+    with pytest.raises(ConfigError, match=r"model: .*label.*0.*label.*3"):
+        certify(constant_config(tmp_path, "max=5", "n=100", "model.label=3"))
+
+
+def test_a_checkpoint_and_a_model_are_not_combined(trained_digits, tmp_path):
+    with pytest.raises(ConfigError, match=r"^model='rs_lightning.models.constant.ConstantClassifier'"):
+        certify(certify_config(tmp_path, trained_digits["checkpoint"], ["model=constant", "max=5"]))
+
+
+def test_report_writes_its_files_and_refuses_to_overwrite(constant_runs, tmp_path, capsys):
+    out = tmp_path / "report"
+    runs = [str(constant_runs["c0"][1]), str(constant_runs["c3"][1])]
+    assert main([*runs, "--out", str(out), "--budgets", "100", "10000"]) == 0
+    for name in (
+        "report.md",
+        "table.csv",
+        "dominance.csv",
+        "budget.csv",
+        "pa_ecdf_sigma0.25.png",
+        "budget_acr.png",
+    ):
+        assert (out / name).stat().st_size > 0, name
+    text = (out / "report.md").read_text()
+    assert "PROTOCOL MISMATCH" not in text and "All runs share" in text
+    assert "ConstantClassifier σ=0.25 (constant" in text  # label from settings["model"], made unique
+    with (out / "dominance.csv").open() as f:
+        (pair,) = list(csv.DictReader(f))
+    assert pair["relation"] in ("dominates", "dominated") and pair["acr_disagrees"] == "False"
+    with (out / "table.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert [float(r["acr"]) for r in table] == [constant_runs["c0"][0]["acr"], constant_runs["c3"][0]["acr"]]
+    capsys.readouterr()
+    before = (out / "report.md").stat().st_mtime_ns
+    assert main([*runs, "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err and (out / "report.md").stat().st_mtime_ns == before
+    assert main([*runs, "--out", str(out), "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize(("other", "key"), [("n2000", "N"), ("max40", "subset")])
+def test_report_refuses_a_mismatched_protocol_unless_allowed(constant_runs, tmp_path, capsys, other, key):
+    runs = [str(constant_runs["c0"][1]), str(constant_runs[other][1])]
+    assert main([*runs, "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the runs were certified under different protocols") and f"{key}:" in err
+    assert "--allow-mismatch" in err and err.count("\n") == 1 and not (tmp_path / "refused").exists()
+    assert main([*runs, "--out", str(tmp_path / "allowed"), "--allow-mismatch"]) == 0
+    text = (tmp_path / "allowed" / "report.md").read_text()
+    assert text.splitlines()[2].startswith("> **⚠ PROTOCOL MISMATCH") and f"**{key} differs**" in text
+    with (tmp_path / "allowed" / "table.csv").open() as f:
+        assert [r["protocol"] for r in csv.DictReader(f)] == ["reference", f"differs: {key}"]
+
+
+def test_old_cohen_tsv_report_says_what_it_cannot_compute(tmp_path):
+    tsv = tmp_path / "noise_0.25.tsv"
+    tsv.write_text(
+        "idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
+        "0\t3\t3\t0.512\t1\t0:00:01.250000\n20\t8\t-1\t0.0\t0\t0:00:01.100000\n40\t0\t0\t0.91\t1\t0:00:01\n"
+    )
+    out = tmp_path / "report"
+    assert main([str(tsv), "--out", str(out), "--sigma", "0.25", "--radii", "0", "0.5"]) == 0
+    text = (out / "report.md").read_text()
+    assert "old Cohen-format TSV without nA/n columns" in text and "pA ECDF" in text
+    assert "No run has nA/n" in text and not list(out.glob("pa_ecdf*.png"))
+    with (out / "table.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert float(row["acr"]) == pytest.approx((0.512 + 0.91) / 3) and row["ca@0.5"] == str(2 / 3)
+    assert row["y(0.5)"] == ""
+
+
+def test_report_of_a_trained_run_against_the_constant_classifier(trained_digits, tmp_path, monkeypatch):
+    """Same protocol; the label comes from the checkpoint's method; W&B gets the table offline."""
+    common = ["n=500", "skip=6", "n0=10"]
+    certify(certify_config(tmp_path / "trained", trained_digits["checkpoint"], common))
+    cfg = compose_config("certify", [*CONSTANT, *common, f"output_dir={tmp_path / 'constant'}"])
+    with open_dict(cfg):
+        cfg.device = "cpu"
+    certify(cfg)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "trained"), str(tmp_path / "constant"), "--out", str(out), "--wandb"]) == 0
+    text = (out / "report.md").read_text()
+    assert "GaussianAugmentation σ=0.25" in text and "ConstantClassifier σ=0.25" in text
+    assert list((out / "wandb").glob("offline-run-*/*.wandb")), "no offline W&B run"
+    with (out / "table.csv").open() as f:
+        trained, constant = list(csv.DictReader(f))
+    assert float(trained["ca@0"]) > 0.85 and float(constant["ca@0"]) < 0.2
+    assert np.isclose(float(trained["y(0.5)"]), float(trained["ca@0"]))
+
+
+def test_module_entry_point_reports_errors_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "rs_lightning.cli.report", str(tmp_path / "nope")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stderr.strip() == f"error: {tmp_path / 'nope'} does not exist"
+
+
+def test_report_flags_an_acr_order_that_contradicts_ecdf_dominance(constant_runs, tmp_path):
+    """A copy of a run with p̂ = 0.999 instead of 1 but doubled radii: dominated, yet the larger ACR."""
+    import shutil
+
+    from rs_lightning.analysis import COLUMNS, ResultWriter
+
+    source = constant_runs["c0"][1]
+    boosted = tmp_path / "boosted"
+    boosted.mkdir()
+    shutil.copy(source / "settings.json", boosted / "settings.json")
+    rows = read_results(source / "certify.tsv")
+    with ResultWriter(boosted / "certify.tsv") as writer:
+        for j in range(rows["idx"].size):
+            row = {c: rows[c][j] for c in COLUMNS}
+            if row["correct"]:
+                row["nA"], row["radius"] = row["n"] - 1, 2 * row["radius"]
+            writer.write(row)
+    out = tmp_path / "report"
+    assert main([str(source), str(boosted), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert re.search(
+        r"- \*\*ConstantClassifier σ=0.25 \(\w+/c0\) dominates [^*]*/boosted\)\*\* .* but ACR", text
+    )
+    with (out / "dominance.csv").open() as f:
+        (pair,) = list(csv.DictReader(f))
+    assert pair["relation"] == "dominates" and pair["acr_disagrees"] == "True"
