@@ -49,7 +49,9 @@ class ACRGaming(SmoothingMethod):
 
     Args:
         num_noise_vec: m, noise copies per image = chunks per loader batch.
-        ds_epoch: E_ds, 0-based epoch from which the switches act (< trainer.max_epochs).
+        ds_epoch: E_ds, 0-based epoch from which the switches act (< trainer.max_epochs); a float in [0, 1) is
+            a share of the schedule, E_ds = ⌊ds_epoch · max_epochs⌋ (the presets use 0.4 = 60/150, the
+            paper's CIFAR-10 σ = 0.25 value, so they work with any recipe).
         discard_hard / reweight / sphere_attack: the three switches.
         discard_threshold: τ in [0, 1]; keep p̂ ≥ τ.
         discard_samples: N0, draws per image of the discard estimate.
@@ -66,7 +68,7 @@ class ACRGaming(SmoothingMethod):
     def __init__(
         self,
         num_noise_vec: int = 4,
-        ds_epoch: int = 60,
+        ds_epoch: int | float = 60,
         discard_hard: bool = True,
         discard_threshold: float = 0.5,
         discard_samples: int = 100,
@@ -89,7 +91,11 @@ class ACRGaming(SmoothingMethod):
             if not isinstance(flag, bool):
                 raise ConfigError(f"method.{key}", flag, "true or false")
         require_at_least("method.num_noise_vec", num_noise_vec, 1)
-        require_at_least("method.ds_epoch", ds_epoch, 0)
+        if isinstance(ds_epoch, float):
+            if not 0 <= ds_epoch < 1:
+                raise ConfigError("method.ds_epoch", ds_epoch, "an epoch (integer >= 0) or a share in [0, 1)")
+        else:
+            require_at_least("method.ds_epoch", ds_epoch, 0)
         if (
             isinstance(discard_threshold, bool)
             or not isinstance(discard_threshold, int | float)
@@ -116,7 +122,9 @@ class ACRGaming(SmoothingMethod):
                 raise ConfigError("method.discard_pa_file", discard_pa_file, "an existing .npy file or null")
         super().__init__(num_chunks=num_noise_vec, **kwargs)
         self.num_noise_vec = int(num_noise_vec)
-        self.ds_epoch = int(ds_epoch)
+        self.ds_share = ds_epoch if isinstance(ds_epoch, float) else None
+        self.ds_epoch = 0 if self.ds_share is not None else int(ds_epoch)  # resolved in on_fit_start
+        self._attack_follows_ds = attack_epoch is None
         self.discard_hard, self.reweight, self.sphere_attack = discard_hard, reweight, sphere_attack
         self.discard_threshold = float(discard_threshold)
         self.discard_samples = int(discard_samples)
@@ -141,6 +149,10 @@ class ACRGaming(SmoothingMethod):
     # ------------------------------------------------------------------ setup
     def on_fit_start(self) -> None:
         max_epochs = self.trainer.max_epochs
+        if self.ds_share is not None:
+            self.ds_epoch = int(self.ds_share * max(max_epochs or 0, 0))
+            if self._attack_follows_ds:
+                self.attack_epoch = self.ds_epoch
         starts = [("method.ds_epoch", self.ds_epoch)] if self.curates_data else []
         if self.sphere_attack:
             key = "method.attack_epoch" if self.attack_epoch != self.ds_epoch else "method.ds_epoch"

@@ -398,7 +398,26 @@ def test_bad_hyperparameters_raise_config_error(kwargs, key):
 
 def test_ds_epoch_beyond_max_epochs_is_a_config_error_naming_both(tmp_path):
     with pytest.raises(ConfigError, match=r"method.ds_epoch=60 .*< trainer.max_epochs = 30"):
-        train(train_config(tmp_path, ["method=discard_hard", "sigma=0.5", "logger=none"]))
+        train(
+            train_config(tmp_path, ["method=discard_hard", "sigma=0.5", "logger=none", "method.ds_epoch=60"])
+        )
+
+
+def test_a_share_of_the_schedule_resolves_to_an_epoch_and_the_preset_runs_as_typed(tmp_path):
+    """`python train.py method=discard_hard sigma=0.5`: E_ds = 0.4 of the schedule (epoch 1 of 3 here)."""
+    cfg = train_config(
+        tmp_path,
+        [
+            "method=discard_hard",
+            "sigma=0.5",
+            "logger=none",
+            "optim.max_epochs=3",
+            "method.discard_samples=8",
+            "~callbacks.certification",
+        ],
+    )
+    result = train(cfg)
+    assert result["metrics"]["train/kept_inputs"] > 0
 
 
 def test_discarding_everything_is_a_config_error():
@@ -431,7 +450,7 @@ def test_presets_compose_to_the_same_class_with_their_switches(preset, tmp_path)
     assert (method.discard_hard, method.reweight, method.sphere_attack) == SWITCHES[preset]
     assert (method.num_noise_vec, method.ds_epoch, method.discard_threshold, method.attack_steps) == (
         4,
-        60,
+        0.4,
         0.5,
         3,
     )
