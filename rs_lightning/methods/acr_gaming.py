@@ -106,6 +106,11 @@ class ACRGaming(SmoothingMethod):
             )
         require_at_least("method.discard_samples", discard_samples, 1)
         require_at_least("method.reweight_samples", reweight_samples, 1)
+        if reweight and not radius_weights(0.0, reweight_samples) > 0:
+            raise ConfigError(
+                "method.reweight_samples", reweight_samples, "a budget giving every weight > 0 (e.g. 16)",
+                "with so few draws the clipped Clopper-Pearson radius of a p_hat = 0.75 input is <= 0",
+            )  # fmt: skip
         require_at_least("method.reweight_every", reweight_every, 1)
         if sphere_attack:
             require_at_least("method.attack_steps", attack_steps, 1)

@@ -381,6 +381,7 @@ def test_training_loss_is_ce_on_the_sphere_attacked_copies_from_the_attack_epoch
         ({"discard_threshold": -0.1}, "method.discard_threshold"),
         ({"reweight_every": 0}, "method.reweight_every"),
         ({"ds_epoch": -1}, "method.ds_epoch"),
+        ({"reweight": True, "reweight_samples": 4}, "method.reweight_samples"),
         ({"num_noise_vec": 0}, "method.num_noise_vec"),
         ({"sphere_attack": True, "attack_steps": 0}, "method.attack_steps"),
         ({"attack_step_size": 0.0}, "method.attack_step_size"),
