@@ -329,6 +329,7 @@ def log_to_wandb(folder: Path, table: list[dict], figures: list[Path]) -> None:
         job_type="report",
         dir=str(folder),
         mode=os.environ.get("WANDB_MODE", "offline"),
+        reinit="create_new",  # a run left open by training in this process must not swallow the report
     )
     try:
         data = [["" if row.get(c) is None else row[c] for c in columns] for row in table]

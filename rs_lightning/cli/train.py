@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig
 
 from rs_lightning import __version__
@@ -74,6 +75,9 @@ def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> 
     for logger in loggers:
         logger.log_hyperparams(plain(cfg))
     trainer.fit(method, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    for logger in loggers:  # W&B keeps its run open after fit: close it so a next run in this process is new
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
+            logger.experiment.finish()
     checkpoint = trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else ""
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     if trainer.is_global_zero:
