@@ -126,3 +126,25 @@ def test_bad_sigma_for_training_fails_before_any_work(tmp_path):
     with pytest.raises(ConfigError, match=r"^sigma=0.0 is invalid: sigma must be > 0"):
         train(train_config(tmp_path, ["sigma=0.0"]))
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_training_resumes_from_its_last_checkpoint(tmp_path):
+    """ckpt_path=last.ckpt continues the schedule (epoch count, optimizer, noise generator state)."""
+    first = train(
+        train_config(tmp_path / "a", ["optim.max_epochs=2", "~callbacks.certification", "logger=none"])
+    )
+    resumed = train(
+        train_config(
+            tmp_path / "b",
+            [
+                "optim.max_epochs=3",
+                "~callbacks.certification",
+                "logger=none",
+                f"ckpt_path={first['checkpoint']}",
+            ],
+        )
+    )
+    before = torch.load(first["checkpoint"], weights_only=True)
+    after = torch.load(resumed["checkpoint"], weights_only=True)
+    assert after["epoch"] == before["epoch"] + 1 and after["rs_lightning"]["sigma"] == 0.25
+    assert after["global_step"] > before["global_step"]
