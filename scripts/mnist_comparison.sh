@@ -12,7 +12,7 @@ PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/mnist_comparison}
 EPOCHS=${EPOCHS:-3}
-SOFT_LABEL_SAMPLES=${SOFT_LABEL_SAMPLES:-100}
+SOFT_LABEL_SAMPLES=${SOFT_LABEL_SAMPLES:-32}   # reference: 10,000 draws per training image
 CERTIFY=${CERTIFY:-"n0=100 n=10000 alpha=0.001 skip=50 batch_size=400 seed=0"}   # 200 test images, one protocol
 COMMON="data=npz data.path=$DATA model=lenet optim.max_epochs=$EPOCHS optim.scheduler=null seed=0 \
   trainer.enable_progress_bar=false logger=csv ${EXTRA:-}"   # EXTRA: more overrides (e.g. for a dry run)
@@ -42,8 +42,8 @@ stage() {  # stage STAGE SIGMA
       train "smoothmix_s$s" "smoothmix_mnist_sigma$s" method.warmup=1
       train "smoothadv_s$s" "smoothadv_mnist_sigma$s" method.warmup=1 ;;
     soft)  # CAT-RS's soft labels: a Gaussian sigma = 0.25 model on the training set, used for every sigma
-      [ -f "$SOFT" ] || OMP_NUM_THREADS=2 $PY soft_labels.py checkpoint="$OUT/train/gaussian_s025/checkpoints/last.ckpt" \
-        output="$SOFT" num_samples="$SOFT_LABEL_SAMPLES" hydra.run.dir="$OUT/soft_labels" ;;
+      [ -f "$SOFT" ] || $PY soft_labels.py checkpoint="$OUT/train/gaussian_s025/checkpoints/last.ckpt" \
+        output="$SOFT" num_samples="$SOFT_LABEL_SAMPLES" batch_size=3200 hydra.run.dir="$OUT/soft_labels" ;;
     catrs)
       train "catrs_s$s" "catrs_mnist_sigma$s" method.soft_labels="$SOFT" ;;
     certify)
