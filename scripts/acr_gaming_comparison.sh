@@ -5,30 +5,13 @@
 # scripts/mnist_comparison.sh with the same OUT:  bash scripts/acr_gaming_comparison.sh
 # The recipe's CIFAR-10 values (tau, S, eta_s, m) are kept; its epochs are compressed like the schedule:
 # E_ds = epoch 1 of 3 (paper: 60-70 of 150) and reweighting every epoch (paper: every 10).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
-OUT=${OUT:-outputs/mnist_comparison}
-EPOCHS=${EPOCHS:-3}
-CERTIFY=${CERTIFY:-"n0=100 n=10000 alpha=0.001 skip=50 batch_size=400 seed=0"}
-COMMON="data=npz data.path=$DATA model=lenet optim.max_epochs=$EPOCHS optim.scheduler=null seed=0 \
-  trainer.enable_progress_bar=false logger=csv ${EXTRA:-}"
+source "$(dirname "$0")/mnist_common.sh"
 REPORTS=${REPORTS:-docs/results/mnist}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-TIMES="$OUT/train_times.tsv"
 
 run() {  # run SIGMA_TAG SIGMA TAU STEPS
-  local name="acr_gaming_s$1" dir="$OUT/train/acr_gaming_s$1"
-  if [ ! -f "$dir/checkpoints/last.ckpt" ]; then
-    rm -rf "$dir"
-    local start=$(date +%s)
-    $PY train.py method=acr_gaming sigma="$2" $COMMON method.ds_epoch=1 method.reweight_every=1 \
-      method.discard_threshold="$3" method.attack_steps="$4" method.attack_step_size=0.25 hydra.run.dir="$dir"
-    printf '%s\t%s\t%s\t%s\n' "$name" "$EPOCHS" "$(( $(date +%s) - start ))" "$OMP_NUM_THREADS" >> "$TIMES"
-  fi
-  $PY certify.py checkpoint="$dir/checkpoints/last.ckpt" $CERTIFY output_dir="$OUT/certify/$name" \
-    hydra.run.dir="$OUT/certify/$name"
+  train "acr_gaming_s$1" method=acr_gaming sigma="$2" method.ds_epoch=1 method.reweight_every=1 \
+    method.discard_threshold="$3" method.attack_steps="$4" method.attack_step_size=0.25
+  certify "acr_gaming_s$1"
 }
 
 run 025 0.25 0.5 3 > "$OUT/log_acr_gaming_s025.txt" 2>&1 &   # CIFAR-10 sigma 0.25: tau 0.5, S 3

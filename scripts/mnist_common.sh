@@ -1,0 +1,30 @@
+# Shared settings and helpers of the MNIST evidence scripts (sourced by mnist_comparison.sh and
+# acr_gaming_comparison.sh, so both use one schedule and one certification protocol).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=${PY:-.venv/bin/python}
+DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
+OUT=${OUT:-outputs/mnist_comparison}
+EPOCHS=${EPOCHS:-3}
+CERTIFY=${CERTIFY:-"n0=100 n=10000 alpha=0.001 skip=50 batch_size=400 seed=0"}   # 200 test images, one protocol
+COMMON="data=npz data.path=$DATA model=lenet optim.max_epochs=$EPOCHS optim.scheduler=null seed=0 \
+  trainer.enable_progress_bar=false logger=csv ${EXTRA:-}"   # EXTRA: more overrides (e.g. for a dry run)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+mkdir -p "$OUT"
+TIMES="$OUT/train_times.tsv"
+[ -f "$TIMES" ] || printf 'run\tepochs\tseconds\tthreads\n' > "$TIMES"
+
+train() {  # train NAME OVERRIDES...: skipped when NAME has a last.ckpt; wall-clock appended to $TIMES
+  local name=$1; shift
+  local dir="$OUT/train/$name"
+  if [ -f "$dir/checkpoints/last.ckpt" ]; then echo "skip training $name (done)"; return; fi
+  rm -rf "$dir"
+  local start=$(date +%s)
+  $PY train.py "$@" $COMMON hydra.run.dir="$dir"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$EPOCHS" "$(( $(date +%s) - start ))" "$OMP_NUM_THREADS" >> "$TIMES"
+}
+
+certify() {  # certify NAME: the run's last.ckpt on the common protocol (resumes an interrupted run)
+  $PY certify.py checkpoint="$OUT/train/$1/checkpoints/last.ckpt" $CERTIFY output_dir="$OUT/certify/$1" \
+    hydra.run.dir="$OUT/certify/$1"
+}
