@@ -275,7 +275,7 @@ def budget_figure(
     """ACR against N′ (log x): a line per run in ``curves``, solid up to the run's own N (``run_budgets``,
     marked with a square) and dotted beyond it (extrapolated, biased upward); ``references`` dashed gray
     (e.g. the constant classifier's closed form)."""
-    from .plots import plt
+    from .plots import place_legend, plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, (budgets, acr) in curves.items():
@@ -293,6 +293,9 @@ def budget_figure(
     ax.set(xscale="log", xlabel="budget N′ (estimation draws)", ylabel="ACR (L2, [0,1] pixel units)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, title="□ run's own N; dotted: N′ > N (biased upward)", title_fontsize=7)
+    place_legend(
+        ax, len(curves) + len(references or {}), fontsize=7,
+        title="□ run's own N; dotted: N′ > N (biased upward)", title_fontsize=7,
+    )  # fmt: skip
     fig.tight_layout()
     return fig

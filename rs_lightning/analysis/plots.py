@@ -14,6 +14,17 @@ import numpy as np  # noqa: E402
 from .metrics import ECDF_GRID, certified_accuracy, pa_ecdf  # noqa: E402
 
 
+def place_legend(ax, entries: int, **kwargs) -> None:
+    """Inside the axes for a few curves; beside them (right, the figure widened to make room) for more, so no
+    curve is hidden. Call before ``tight_layout``."""
+    if entries > 4:
+        width, height = ax.figure.get_size_inches()
+        ax.figure.set_size_inches(width + 4.0, height)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+    else:
+        ax.legend(**kwargs)
+
+
 def certified_accuracy_figure(
     runs: Mapping[str, tuple[np.ndarray, np.ndarray]], max_radius: float | None = None
 ):
@@ -27,7 +38,7 @@ def certified_accuracy_figure(
         xlabel="radius (L2, [0,1] pixel units)", ylabel="certified accuracy", ylim=(0, 1.02), xlim=(0, top)
     )
     ax.grid(alpha=0.3)
-    ax.legend()
+    place_legend(ax, len(runs))
     fig.tight_layout()
     return fig
 
@@ -44,7 +55,7 @@ def pa_ecdf_figure(runs: Mapping[str, np.ndarray], grid=ECDF_GRID):
         xlim=(float(grid[0]), float(grid[-1])),
     )
     ax.grid(alpha=0.3)
-    ax.legend()
+    place_legend(ax, len(runs))
     fig.tight_layout()
     return fig
 
@@ -52,6 +63,6 @@ def pa_ecdf_figure(runs: Mapping[str, np.ndarray], grid=ECDF_GRID):
 def save_figure(fig, path: str | Path) -> Path:
     """Write ``fig`` as PNG and close it."""
     path = Path(path)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # keeps a legend placed beside the axes
     plt.close(fig)
     return path
