@@ -8,18 +8,17 @@ shared inputs. Used for docs/results.md.
 """
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
-from rs_lightning.analysis.results import read_results
+from rs_lightning.analysis.compare import load_run
 
 
-def certified_radii(run: str) -> dict[int, float]:
-    path = Path(run)
-    columns = read_results(path / "certify.tsv" if path.is_dir() else path)
-    radius = np.where(columns["correct"] == 1, columns["radius"], 0.0)
-    return dict(zip(columns["idx"].tolist(), radius.tolist(), strict=True))
+def certified_radii(path: str) -> dict[int, float]:
+    """idx -> radius if certified correct, else 0 (the per-input term of the ACR)."""
+    rows = load_run(path).rows
+    radius = np.where(rows["correct"] == 1, rows["radius"], 0.0)
+    return dict(zip(rows["idx"].tolist(), radius.tolist(), strict=True))
 
 
 def main() -> None:
