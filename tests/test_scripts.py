@@ -18,7 +18,7 @@ def write_run(folder: Path, radii, correct, idx=None) -> Path:
         for i, r, c in zip(idx, radii, correct, strict=True):
             writer.write(
                 dict(idx=i, label=0, predict=0 if c else 1, radius=r, correct=c, time=0.0,
-                     nA=90, n=100, pA_lower=0.8, pA_hat=0.9, n0=10, nA0=9)
+                     nA=90, n=100, pA_lower=0.8, pA_hat=0.9, n0=10, nA0=9, samples=110)
             )  # fmt: skip
     return folder
 
@@ -55,3 +55,31 @@ def test_runs_without_shared_inputs_are_refused(tmp_path, capsys):
     b = write_run(tmp_path / "b", [0.5], [1], idx=[7])
     with pytest.raises(SystemExit, match="shares no input idx"):
         run_script(capsys, str(a), str(b))
+
+
+AGREEMENT = Path(__file__).resolve().parents[1] / "scripts" / "precision_agreement.py"
+
+
+def agreement(*args: str) -> dict:
+    return runpy.run_path(str(AGREEMENT))["main"](list(args))
+
+
+def test_precision_agreement_compares_runs_row_by_row(tmp_path):
+    a = write_run(tmp_path / "a", [0.5, 0.6, 0.7], [1, 1, 1])
+    b = write_run(tmp_path / "b", [0.5, 0.65, 0.7], [1, 1, 0])
+    out = agreement("runs", str(a), str(b))
+    assert out["inputs"] == 3 and out["radius_changed"] == 1 and out["correct_changed"] == 1
+    assert out["class_or_abstention_changed"] == 1 and out["max_radius_change"] == pytest.approx(0.05)
+
+
+def test_precision_agreement_on_noisy_samples(trained_digits, capsys):
+    out = agreement("samples", str(trained_digits["checkpoint"]), "--inputs", "6", "--samples", "300",
+                    "--settings", "bf16", "fp32+cl")  # fmt: skip
+    assert out["inputs"] == 6 and out["samples_per_input"] == 300
+    for name in ("bf16", "fp32+cl"):
+        setting = out["settings"][name]
+        assert (
+            0 <= setting["share"] <= 0.05 and setting["share"] == setting["samples_with_another_class"] / 1800
+        )
+        assert setting["inputs_with_any_difference"] <= 6
+    assert '"bf16"' in capsys.readouterr().out

@@ -5,7 +5,7 @@ methods-advanced.md): ACR can rank two models against their pA ECDFs, so next to
 we report, for every pair at the same σ, whether one ECDF lies above the other for every pA ≥ 0.5
 (y_A(x) ≥ y_B(x) on the grid 0.500 … 1.000) or where they cross, and flag each pair whose ACR order
 disagrees with that dominance. Runs are only comparable on the same protocol: the same inputs (idx set),
-N, n0, α, seed and split.
+n, n0, α, seed, split, precision and sampling (the spec's protocol keys).
 """
 
 from __future__ import annotations
@@ -16,11 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
+from rs_lightning.smoothing.spec import PROTOCOL_KEYS as SPEC_PROTOCOL_KEYS
+from rs_lightning.smoothing.spec import protocol_of
+
 from .budget import class_shares
 from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf
-from .results import ResultFileError, read_results
+from .results import ResultFileError, in_subset, read_results
 
-PROTOCOL_KEYS = ("subset", "N", "n0", "alpha", "seed", "split")
+PROTOCOL_KEYS = ("subset", *SPEC_PROTOCOL_KEYS)
+"""The inputs (idx set) and the certification spec's protocol keys (rs_lightning.smoothing.spec)."""
 ECDF_POINTS = (0.5, 0.9, 0.99, 0.999, 1.0)
 _TOL = 1e-12
 
@@ -64,8 +68,14 @@ class Run:
 
     @property
     def n(self) -> int | None:
-        """N, the estimation draws: from settings, else from the TSV's ``n`` column."""
+        """n, the estimation draws (the largest budget under input-specific sampling): from settings, else
+        from the TSV's ``n`` column."""
         return self._setting_or_column("n", "n")
+
+    @property
+    def mean_n(self) -> float | None:
+        """Mean estimation draws per input (below ``n`` under input-specific sampling)."""
+        return float(np.mean(self.rows["n"])) if "n" in self.rows and self.num_inputs else None
 
     @property
     def n0(self) -> int | None:
@@ -96,23 +106,19 @@ class Run:
         if not self.has_counts:
             return None
         rows = self.rows
-        return np.where(rows["correct"].astype(bool), rows["nA"] / rows["n"], 0.0)
+        pa_hat = np.divide(rows["nA"], rows["n"], out=np.zeros(rows["nA"].shape), where=rows["n"] > 0)
+        return np.where(rows["correct"].astype(bool), pa_hat, 0.0)
 
     def ecdf(self, grid=ECDF_GRID) -> np.ndarray | None:
         pa = self.pa()
         return None if pa is None else pa_ecdf(pa, grid)
 
     def protocol(self) -> dict:
-        """The values that must agree between compared runs (None = unknown)."""
-        s = self.settings
-        return {
-            "subset": frozenset(int(i) for i in self.rows["idx"]),
-            "N": self.n,
-            "n0": self.n0,
-            "alpha": self.alpha,
-            "seed": s.get("seed"),
-            "split": s.get("split"),
-        }
+        """The values that must agree between compared runs (None = unknown): the idx set and the spec's
+        protocol keys (n and n0 fall back to the TSV's columns for old Cohen files)."""
+        out = {"subset": frozenset(int(i) for i in self.rows["idx"])} | protocol_of(self.settings)
+        out["n"], out["n0"], out["alpha"] = self.n, self.n0, self.alpha
+        return out
 
     def budget_gaps(self) -> list[str]:
         """What the budget conversion needs and this run lacks (empty: it applies)."""
@@ -183,13 +189,15 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
     path = Path(path)
     tsv = path if path.is_file() else path / "certify.tsv"
     rows = read_results(tsv)
-    if rows["idx"].size == 0:
-        raise ResultFileError(f"{tsv} holds no result rows")
     settings: dict = {}
     if tsv.name == "certify.tsv":
         settings = _read_json(tsv.parent / "settings.json") or {}
         if not settings:
             settings = (_read_json(tsv.parent / "summary.json") or {}).get("settings") or {}
+        keep = in_subset(rows["idx"], settings.get("subset"))
+        rows = {k: v[keep] for k, v in rows.items()}
+    if rows["idx"].size == 0:
+        raise ResultFileError(f"{tsv} holds no result rows")
     if settings.get("sigma") is None and sigma is not None:
         settings = {**settings, "sigma": float(sigma)}
     return Run(path=path, rows=rows, settings=settings)
@@ -249,7 +257,8 @@ def check_protocol(runs: list[Run], allow_mismatch: bool = False) -> dict[str, d
         )
         raise ProtocolMismatchError(
             f"the runs were certified under different protocols ({detail}); compare runs with the same "
-            "inputs, N, n0, alpha, seed and split, or pass --allow-mismatch to report them anyway (marked)"
+            "inputs, n, n0, alpha, seed, split, precision and sampling, or pass --allow-mismatch to report "
+            "them anyway (marked)"
         )
     return differences
 
@@ -358,10 +367,11 @@ def comparison_table(runs: list[Run], radii, reference: Run | None = None) -> li
             "label": run.label,
             "method": run.method or "",
             "sigma": run.sigma,
-            "N": run.n,
+            "n": run.n,
             "n0": run.n0,
             "alpha": run.alpha,
             "inputs": run.num_inputs,
+            "mean_n": run.mean_n,
             "acr": run.acr,
         }
         row |= {f"ca@{r:g}": float(a) for r, a in zip(radii, run.certified_accuracy(radii), strict=True)}

@@ -52,12 +52,20 @@ def radius_grid(sigma: float, n: int, alpha: float, step: float = 0.25) -> np.nd
     return np.round(np.arange(0.0, top + 1e-9, step), 6)
 
 
-def summarize(radius, correct, predict, pa_hat, *, radii, ecdf_grid=ECDF_GRID) -> dict:
-    """The ``summary.json`` metrics of one certification run (keys as in DESIGN.md 'Result files')."""
+def summarize(radius, correct, predict, pa_hat, *, radii, n=None, samples=None, ecdf_grid=ECDF_GRID) -> dict:
+    """The ``summary.json`` metrics of one certification run (keys as in DESIGN.md 'Result files').
+
+    ``n`` (estimation draws per input) and ``samples`` (all draws per input) add their means ``mean_n`` and
+    ``mean_samples`` (input-specific sampling makes them vary by input).
+    """
     correct = np.asarray(correct, dtype=bool)
     pa = pa_true_label(pa_hat, correct)
     cert = certified_accuracy(radius, correct, radii)
-    return {
+    extra = {}
+    for key, values in (("mean_n", n), ("mean_samples", samples)):
+        if values is not None:
+            extra[key] = float(np.mean(values)) if np.size(values) else 0.0
+    return extra | {
         "num_inputs": int(correct.size),
         "acr": average_certified_radius(radius, correct),
         "clean_accuracy": float(correct.mean()) if correct.size else 0.0,
@@ -70,3 +78,16 @@ def summarize(radius, correct, predict, pa_hat, *, radii, ecdf_grid=ECDF_GRID) -
 
 def _radius_key(r: float) -> str:
     return repr(round(float(r), 6))
+
+
+def summarize_predictions(predict, correct) -> dict:
+    """The ``summary.json`` metrics of a PREDICT run: ``accuracy`` (abstain = wrong), ``abstain_rate`` and
+    ``error_rate`` (a class other than the label; at most alpha per input for the smoothed classifier g)."""
+    predict, correct = np.asarray(predict), np.asarray(correct, dtype=bool)
+    size = max(int(correct.size), 1)
+    return {
+        "num_inputs": int(correct.size),
+        "accuracy": float(correct.sum() / size),
+        "abstain_rate": float((predict < 0).sum() / size),
+        "error_rate": float(((predict >= 0) & ~correct).sum() / size),
+    }

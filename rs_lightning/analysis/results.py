@@ -1,8 +1,12 @@
-"""The ``certify.tsv`` result file: append-only, flushed row by row, resumable after a crash.
+"""The result files ``certify.tsv`` and ``predict.tsv``: append-only, flushed row by row, resumable.
 
-Columns (DESIGN.md 'Result files'): Cohen et al.'s ``idx label predict radius correct time`` first, then
-``nA n pA_lower pA_hat n0 nA0``. A rerun reads the rows already written, skips their indices, and
-redoes a last line that a killed process left incomplete.
+CERTIFY columns (DESIGN.md 'Result files'): Cohen et al.'s ``idx label predict radius correct time`` first,
+then ``nA n pA_lower pA_hat n0 nA0 samples`` (``n``: estimation draws of this input, which input-specific
+sampling chooses per input; ``samples``: every draw the input cost, selection or pilot included). PREDICT
+columns: ``idx label predict correct time n nA nB pvalue`` (top two counts and the two-sided binomial test's
+p-value). The rows are built here, from engine results, for ``certify.py`` and the training callback alike.
+A rerun reads the rows already written, skips their indices, and redoes a last line that a killed process
+left incomplete.
 """
 
 from __future__ import annotations
@@ -26,9 +30,14 @@ COLUMNS = (
     "pA_hat",
     "n0",
     "nA0",
+    "samples",
 )
+PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time", "n", "nA", "nB", "pvalue")
+ADDED_LATER = ("samples",)
+"""Columns that files written by earlier versions lack; such files are resumed in their own format."""
 REQUIRED = ("idx", "label", "predict", "radius", "correct")
-_INT_COLUMNS = {"idx", "label", "predict", "correct", "nA", "n", "n0", "nA0"}
+PREDICT_REQUIRED = ("idx", "label", "predict", "correct")
+_INT_COLUMNS = {"idx", "label", "predict", "correct", "nA", "nB", "n", "n0", "nA0", "samples"}
 
 
 class ResultFileError(ValueError):
@@ -67,7 +76,64 @@ def _parse_line(line: str, header: list[str]) -> dict | None:
         return None
 
 
-def read_results(path: str | os.PathLike) -> dict[str, np.ndarray]:
+def certify_rows(result, labels, seconds: float) -> list[dict]:
+    """``certify.tsv`` rows (dicts keyed by :data:`COLUMNS`) of one engine
+    :class:`~rs_lightning.smoothing.engine.CertifyResult` and the inputs' true labels."""
+    rows = []
+    pa_hat = result.pa_hat
+    for j, label in enumerate(labels):
+        predict = int(result.predict[j])
+        rows.append(
+            {
+                "idx": int(result.index[j]),
+                "label": int(label),
+                "predict": predict,
+                "radius": float(result.radius[j]),
+                "correct": int(predict == label),
+                "time": seconds,
+                "nA": int(result.n_a[j]),
+                "n": int(result.n[j]),
+                "pA_lower": float(result.pa_lower[j]),
+                "pA_hat": float(pa_hat[j]),
+                "n0": int(result.n0[j]),
+                "nA0": int(result.n_a0[j]),
+                "samples": int(result.samples[j]),
+            }
+        )
+    return rows
+
+
+def predict_rows(result, labels, seconds: float) -> list[dict]:
+    """``predict.tsv`` rows (:data:`PREDICT_COLUMNS`) of one engine ``PredictResult``."""
+    return [
+        {
+            "idx": int(result.index[j]),
+            "label": int(label),
+            "predict": int(result.predict[j]),
+            "correct": int(int(result.predict[j]) == label),
+            "time": seconds,
+            "n": int(result.n),
+            "nA": int(result.n_top[j]),
+            "nB": int(result.n_second[j]),
+            "pvalue": float(result.pvalue[j]),
+        }
+        for j, label in enumerate(labels)
+    ]
+
+
+def in_subset(idx, subset: dict | None) -> np.ndarray:
+    """Mask of the indices that belong to a run's recorded subset ``{"skip", "start", "max"}`` (Cohen's
+    ``--skip``/``--max``, MACER's ``start_img``); all True without one. certify.py's summary and the report
+    both select a run's rows with it, so they never disagree."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if not subset:
+        return np.ones(idx.shape, dtype=bool)
+    start, skip, stop = int(subset.get("start", 0)), int(subset.get("skip", 1)), subset.get("max")
+    keep = (idx >= start) & ((idx - start) % skip == 0)
+    return keep if stop is None else keep & (idx < int(stop))
+
+
+def read_results(path: str | os.PathLike, required: tuple[str, ...] = REQUIRED) -> dict[str, np.ndarray]:
     """Read a result TSV into ``{column: array}``. Extra or missing optional columns are allowed."""
     path = Path(path)
     if not path.is_file():
@@ -76,7 +142,7 @@ def read_results(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if not lines:
         raise ResultFileError(f"{path} is empty (expected a header line {' '.join(COLUMNS)})")
     header = lines[0].split("\t")
-    missing = [c for c in REQUIRED if c not in header]
+    missing = [c for c in required if c not in header]
     if missing:
         raise ResultFileError(f"{path} lacks the columns {missing}; its header is {header}")
     rows = []
@@ -115,7 +181,10 @@ class ResultWriter:
             return
         lines = text.split("\n")
         header = lines[0].split("\t")
-        if tuple(header) != self.columns:
+        older = tuple(c for c in self.columns if c not in ADDED_LATER)
+        if tuple(header) == older:
+            self.columns = older  # written before ``samples`` existed: append in the file's own format
+        elif tuple(header) != self.columns:
             raise ResultFileError(
                 f"{self.path} has the header {header}, expected {list(self.columns)}; "
                 "write to another output_dir instead of mixing formats"

@@ -18,11 +18,14 @@ from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
 from rs_lightning.analysis.metrics import ECDF_GRID, pa_true_label, radius_grid
 from rs_lightning.analysis.plots import pa_ecdf_figure, save_figure
+from rs_lightning.analysis.results import certify_rows
 from rs_lightning.data.subset import evenly_spaced
 from rs_lightning.metrics import AverageCertifiedRadius, CertifiedAccuracy, PAEcdf, PAEstimates
-from rs_lightning.smoothing import certify_dataset
-from rs_lightning.smoothing.engine import check_certify_args
+from rs_lightning.smoothing import CertificationSpec, certify_dataset
+from rs_lightning.smoothing.precision import check_precision_supported
 from rs_lightning.validation import require_at_least
+
+PREFIX = "callbacks.certification."
 
 
 class CertificationCallback(pl.Callback):
@@ -39,6 +42,7 @@ class CertificationCallback(pl.Callback):
         seed: noise seed (same meaning as in ``certify.py``).
         radius_step: spacing of the logged certified-accuracy radii (up to the largest certifiable one).
         sigma: certification noise; defaults to the method's training sigma.
+        precision, channels_last, compile: how the base network is evaluated, as in ``certify.py``.
     """
 
     def __init__(
@@ -52,15 +56,22 @@ class CertificationCallback(pl.Callback):
         seed: int = 0,
         radius_step: float = 0.25,
         sigma: float | None = None,
+        precision: str = "32",
+        channels_last: bool = False,
+        compile: bool = False,
     ) -> None:
-        require_at_least("callbacks.certification.every_n_epochs", every_n_epochs, 1)
-        require_at_least("callbacks.certification.num_inputs", num_inputs, 1)
-        check_certify_args(sigma=sigma or 1.0, n0=n0, n=n, alpha=alpha, batch_size=batch_size)
+        require_at_least(PREFIX + "every_n_epochs", every_n_epochs, 1)
+        require_at_least(PREFIX + "num_inputs", num_inputs, 1)
+        settings = dict(sigma=sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed)
+        settings |= dict(precision=precision, channels_last=channels_last, compile=compile)
+        self.spec = CertificationSpec.from_dict(settings, prefix=PREFIX)
         self.every_n_epochs, self.num_inputs = every_n_epochs, num_inputs
-        self.n0, self.n, self.alpha, self.batch_size, self.seed = n0, n, alpha, batch_size, seed
-        self.radius_step, self.sigma = radius_step, sigma
+        self.radius_step = radius_step
         self.last: dict | None = None
         """The most recent results: ``{"epoch", "indices", "metrics", "pa_ecdf"}`` (for tests and users)."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        check_precision_supported(self.spec.precision, trainer.strategy.root_device, key=PREFIX + "precision")
 
     def _due(self, trainer: pl.Trainer) -> bool:
         epoch = trainer.current_epoch + 1
@@ -73,11 +84,13 @@ class CertificationCallback(pl.Callback):
         """The ``certify.py`` settings that reproduce this callback's numbers."""
         indices = self.subset(dataset_size)
         skip = indices[1] - indices[0] if len(indices) > 1 else 1
+        spec = self.spec
         return {
-            "n0": self.n0,
-            "n": self.n,
-            "alpha": self.alpha,
-            "seed": self.seed,
+            "n0": spec.n0,
+            "n": spec.n,
+            "alpha": spec.alpha,
+            "seed": spec.seed,
+            "precision": spec.precision,
             "skip": skip,
             "start": 0,
             "max": indices[-1] + 1,
@@ -86,10 +99,10 @@ class CertificationCallback(pl.Callback):
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._due(trainer):
             return
-        sigma = float(self.sigma or pl_module.sigma)
-        dataset = trainer.datamodule.dataset("test")
+        spec = self.spec if self.spec.sigma is not None else self.spec.with_sigma(float(pl_module.sigma))
+        dataset = trainer.datamodule.dataset(spec.split)
         indices = self.subset(len(dataset))
-        radii = radius_grid(sigma, self.n, self.alpha, self.radius_step)
+        radii = radius_grid(spec.sigma, spec.n, spec.alpha, self.radius_step)
         device = pl_module.device
         metrics = {
             "pa": PAEstimates(),
@@ -101,27 +114,23 @@ class CertificationCallback(pl.Callback):
             metric.to(device)
         abstained = 0
         was_training = pl_module.model.training
-        for result, labels, _ in certify_dataset(
+        for result, labels, seconds in certify_dataset(
             pl_module.model,
             dataset,
             indices[trainer.global_rank :: trainer.world_size],
-            sigma=sigma,
+            spec,
             num_classes=trainer.datamodule.num_classes,
-            n0=self.n0,
-            n=self.n,
-            alpha=self.alpha,
-            batch_size=self.batch_size,
-            seed=self.seed,
             device=device,
         ):
-            correct = result.predict == np.asarray(labels)
-            pa = pa_true_label(result.pa_hat, correct)
-            abstained += int((result.predict < 0).sum())
+            rows = certify_rows(result, labels, seconds)
+            column = {key: np.array([row[key] for row in rows]) for key in rows[0]}
+            pa = pa_true_label(column["pA_hat"], column["correct"])
+            abstained += int((column["predict"] < 0).sum())
             for metric in metrics.values():
                 metric.update(
-                    torch.as_tensor(result.index),
-                    torch.as_tensor(correct),
-                    torch.as_tensor(result.radius),
+                    torch.as_tensor(column["idx"]),
+                    torch.as_tensor(column["correct"].astype(bool)),
+                    torch.as_tensor(column["radius"]),
                     torch.as_tensor(pa),
                 )
         pl_module.model.train(was_training)
@@ -145,7 +154,7 @@ class CertificationCallback(pl.Callback):
             self._log_figure(trainer, pa.cpu().numpy())
 
     def _log_figure(self, trainer: pl.Trainer, pa: np.ndarray) -> None:
-        label = f"epoch {trainer.current_epoch}, n={self.n}"
+        label = f"epoch {trainer.current_epoch}, n={self.spec.n}"
         for logger in trainer.loggers:
             fig = pa_ecdf_figure({label: pa})
             if isinstance(logger, WandbLogger):

@@ -20,20 +20,31 @@ from omegaconf import DictConfig
 from torch import nn
 from tqdm import tqdm
 
-from rs_lightning.analysis.metrics import pa_true_label, radius_grid, summarize
+from rs_lightning.analysis.metrics import pa_true_label, radius_grid, summarize, summarize_predictions
 from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
-from rs_lightning.analysis.results import ResultWriter, read_results
+from rs_lightning.analysis.results import (
+    COLUMNS,
+    PREDICT_COLUMNS,
+    PREDICT_REQUIRED,
+    ResultFileError,
+    ResultWriter,
+    certify_rows,
+    in_subset,
+    predict_rows,
+    read_results,
+)
 from rs_lightning.data.subset import subset_indices
 from rs_lightning.models.checkpoint import load_classifier
 from rs_lightning.models.normalize import build_classifier
-from rs_lightning.smoothing import certify_dataset
-from rs_lightning.smoothing.engine import check_certify_args
-from rs_lightning.smoothing.noise import NOISE_BLOCK
-from rs_lightning.validation import ConfigError, require_at_least, require_positive
+from rs_lightning.smoothing import CertificationSpec, run_dataset
+from rs_lightning.smoothing.precision import check_precision_supported
+from rs_lightning.smoothing.spec import protocol_of
+from rs_lightning.validation import ConfigError, require_at_least
 
 from .common import checkpoint_datamodule, plain, resolve_device, tune_cpu_allocator
 
-RESUME_KEYS = ("sigma", "n0", "n", "alpha", "seed", "split", "checkpoint_sha256", "noise_block", "model")
+IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model")
+"""With the spec's protocol keys: what a resume must match (what the rows were certified of)."""
 
 
 def _sha256(path: Path) -> str:
@@ -48,7 +59,6 @@ def resolve_sigma(cfg: DictConfig, train_sigma: float) -> float:
     """The checkpoint's sigma, unless ``sigma=`` is given together with ``override_sigma=true``."""
     if cfg.sigma is None or float(cfg.sigma) == float(train_sigma):
         return float(train_sigma)
-    require_positive("sigma", cfg.sigma)
     if not cfg.override_sigma:
         raise ConfigError(
             "sigma",
@@ -70,7 +80,6 @@ def parameter_free_classifier(cfg: DictConfig, device: torch.device) -> tuple[nn
             raise ConfigError(key, None, f"set when checkpoint=null (e.g. {example})")
     if cfg.sigma is None:
         raise ConfigError("sigma", None, "> 0", "With checkpoint=null there is no training sigma to take")
-    require_positive("sigma", cfg.sigma)
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup()
@@ -102,11 +111,17 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
 
 
 def _check_resume(settings_path: Path, settings: dict) -> None:
+    """Refuse a folder whose rows were made under other statistical settings (named in the message)."""
     if not settings_path.exists():
         return
-    old = json.loads(settings_path.read_text())
+    try:
+        old = json.loads(settings_path.read_text())
+    except ValueError as err:
+        raise ResultFileError(f"{settings_path} is unreadable ({err}); choose another output_dir") from err
     settings = json.loads(json.dumps(settings))  # compare as stored (tuples become lists)
-    changed = {k: (old.get(k), settings[k]) for k in RESUME_KEYS if old.get(k) != settings[k]}
+    before = protocol_of(old) | {k: old.get(k) for k in IDENTITY_KEYS}
+    now = protocol_of(settings) | {k: settings.get(k) for k in IDENTITY_KEYS}
+    changed = {k: (before[k], now[k]) for k in now if before[k] != now[k]}
     if changed:
         detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in changed.items())
         raise ConfigError(
@@ -118,125 +133,137 @@ def _check_resume(settings_path: Path, settings: dict) -> None:
 
 
 def format_summary(summary: dict) -> str:
-    """A plain-text table of one run's summary."""
+    """A plain-text table of one run's summary (CERTIFY or PREDICT)."""
     s = summary["settings"]
+    spec = CertificationSpec.from_dict(s)
+    head = f"{spec.mode}: {summary['num_inputs']} inputs  {spec.describe()}"
+    if spec.mode == "predict":
+        return "\n".join(
+            [
+                head,
+                f"  accuracy (smoothed, abstain = wrong)  {summary['accuracy']:.4f}",
+                f"  abstain rate                         {summary['abstain_rate']:.4f}",
+                f"  wrong predictions                    {summary['error_rate']:.4f}",
+            ]
+        )
     lines = [
-        f"certified {summary['num_inputs']} inputs  sigma={s['sigma']}  n0={s['n0']}  n={s['n']}  "
-        f"alpha={s['alpha']}",
+        head,
         f"  clean accuracy (smoothed)  {summary['clean_accuracy']:.4f}",
         f"  abstain rate               {summary['abstain_rate']:.4f}",
         f"  ACR                        {summary['acr']:.4f}",
         f"  mean pA (true label)       {summary['pa_mean']:.4f}",
-        "  radius   certified accuracy",
     ]
+    if spec.sampling == "iss":
+        lines.append(f"  mean estimation draws n    {summary['mean_n']:.0f} of at most {spec.n}")
+    lines.append("  radius   certified accuracy")
     lines += [f"  {float(r):<8g} {a:.4f}" for r, a in summary["certified_accuracy"].items()]
     ecdf = dict(zip(summary["pa_ecdf"]["x"], summary["pa_ecdf"]["y"], strict=True))
     lines.append("  pA ECDF: " + "  ".join(f"y({x:g})={ecdf[x]:.3f}" for x in (0.5, 0.9, 0.99, 0.999, 1.0)))
     return "\n".join(lines)
 
 
-def validate_certify_config(cfg: DictConfig) -> None:
-    """Check values that are easy to get wrong, before any work."""
-    check_certify_args(sigma=cfg.sigma or 1.0, n0=cfg.n0, n=cfg.n, alpha=cfg.alpha, batch_size=cfg.batch_size)
+def spec_from_config(cfg: DictConfig) -> CertificationSpec:
+    """The run's :class:`CertificationSpec` (sigma None until the checkpoint gives it); validates each key."""
+    return CertificationSpec.from_dict(plain(cfg))
+
+
+def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
+    """Check values that are easy to get wrong, before any work; returns the spec."""
+    spec = spec_from_config(cfg)
     require_at_least("skip", cfg.skip, 1)
     require_at_least("start", cfg.start, 0)
     if cfg.max is not None:
         require_at_least("max", cfg.max, cfg.start + 1)
-    if cfg.split not in ("train", "test"):
-        raise ConfigError("split", cfg.split, "train or test")
+    return spec
+
+
+def throughput(rows: dict) -> dict:
+    """Time spent certifying the rows (their ``time`` column) and the rates it implies."""
+    seconds = float(np.sum(rows["time"])) if rows["idx"].size else 0.0
+    out = {"seconds": seconds, "inputs_per_s": rows["idx"].size / seconds if seconds > 0 else None}
+    if "samples" in rows:
+        out["samples_per_s"] = float(np.sum(rows["samples"])) / seconds if seconds > 0 else None
+    return out
 
 
 def certify(cfg: DictConfig) -> dict:
-    """Certify ``cfg.checkpoint``; returns the summary dict (also written to ``summary.json``)."""
-    validate_certify_config(cfg)
+    """Certify (or, with ``mode=predict``, PREDICT) ``cfg.checkpoint``; returns the summary dict (also
+    written to ``summary.json``)."""
+    spec = validate_certify_config(cfg)
     device = resolve_device(cfg.device)
+    check_precision_supported(spec.precision, device)
     if device.type == "cpu":
         tune_cpu_allocator()
     checkpoint = None if cfg.checkpoint is None else Path(cfg.checkpoint)
     model, meta, datamodule, sigma = load_model_and_data(cfg, checkpoint, device)
-    dataset = datamodule.dataset(cfg.split)
+    spec = spec.with_sigma(sigma)
+    dataset = datamodule.dataset(spec.split)
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    settings = {
-        "sigma": sigma,
+    settings = spec.as_dict() | {
         "train_sigma": None if meta["sigma"] is None else float(meta["sigma"]),
         "sigma_overridden": meta["sigma"] is not None and sigma != float(meta["sigma"]),
-        "n0": cfg.n0,
-        "n": cfg.n,
-        "alpha": cfg.alpha,
-        "seed": cfg.seed,
-        "split": cfg.split,
-        "batch_size": cfg.batch_size,
-        "noise_block": NOISE_BLOCK,
         "device": device.type,
         "subset": {"skip": cfg.skip, "start": cfg.start, "max": cfg.max, "num_inputs": len(indices)},
         "checkpoint": None if checkpoint is None else str(checkpoint.resolve()),
         "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),
         "model": meta["model"],
         "data": datamodule.describe(),
-        "sampling": "cohen",
     }
     _check_resume(out / "settings.json", settings)
     (out / "settings.json").write_text(json.dumps(settings, indent=2))
 
-    with ResultWriter(out / "certify.tsv") as writer:
+    certifying = spec.mode == "certify"
+    table = out / ("certify.tsv" if certifying else "predict.tsv")
+    make_rows = certify_rows if certifying else predict_rows
+    with ResultWriter(table, COLUMNS if certifying else PREDICT_COLUMNS) as writer:
         todo = [i for i in indices if i not in writer.done]
         progress = tqdm(
             total=len(indices),
             initial=len(indices) - len(todo),
             unit="input",
-            desc="certify",
+            desc=spec.mode,
             dynamic_ncols=True,
             mininterval=1.0,
         )
-        for result, labels, seconds in certify_dataset(
-            model,
-            dataset,
-            todo,
-            sigma=sigma,
-            num_classes=int(meta["num_classes"]),
-            n0=cfg.n0,
-            n=cfg.n,
-            alpha=cfg.alpha,
-            batch_size=cfg.batch_size,
-            seed=cfg.seed,
-            device=device,
+        for result, labels, seconds in run_dataset(
+            model, dataset, todo, spec, num_classes=int(meta["num_classes"]), device=device
         ):
-            for j, label in enumerate(labels):
-                predict = int(result.predict[j])
-                writer.write(
-                    {
-                        "idx": result.index[j],
-                        "label": label,
-                        "predict": predict,
-                        "radius": result.radius[j],
-                        "correct": int(predict == label),
-                        "time": seconds,
-                        "nA": result.n_a[j],
-                        "n": result.n,
-                        "pA_lower": result.pa_lower[j],
-                        "pA_hat": result.pa_hat[j],
-                        "n0": result.n0,
-                        "nA0": result.n_a0[j],
-                    }
-                )
+            for row in make_rows(result, labels, seconds):
+                writer.write(row)
             progress.update(len(labels))
         progress.close()
 
-    rows = read_results(out / "certify.tsv")
-    keep = np.isin(rows["idx"], indices)
+    rows = read_results(table) if certifying else read_results(table, PREDICT_REQUIRED)
+    keep = in_subset(rows["idx"], settings["subset"])
     rows = {k: v[keep] for k, v in rows.items()}
-    radii = radius_grid(sigma, cfg.n, cfg.alpha, cfg.radius_step)
-    summary = summarize(rows["radius"], rows["correct"], rows["predict"], rows["pA_hat"], radii=radii)
+    if certifying:
+        radii = radius_grid(sigma, spec.n, spec.alpha, cfg.radius_step)
+        summary = summarize(
+            rows["radius"],
+            rows["correct"],
+            rows["predict"],
+            rows["pA_hat"],
+            radii=radii,
+            n=rows["n"],
+            samples=rows.get("samples"),
+        )
+    else:
+        summary = summarize_predictions(rows["predict"], rows["correct"])
+    summary["throughput"] = throughput(rows)
     summary["settings"] = settings
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    label = f"sigma={sigma:g}, n={cfg.n}"
-    save_figure(
-        certified_accuracy_figure({label: (rows["radius"], rows["correct"])}), out / "certified_accuracy.png"
-    )
-    save_figure(pa_ecdf_figure({label: pa_true_label(rows["pA_hat"], rows["correct"])}), out / "pa_ecdf.png")
+    if certifying:
+        label = f"sigma={sigma:g}, n={spec.n}" + (" (ISS)" if spec.sampling == "iss" else "")
+        save_figure(
+            certified_accuracy_figure({label: (rows["radius"], rows["correct"])}),
+            out / "certified_accuracy.png",
+        )
+        save_figure(
+            pa_ecdf_figure({label: pa_true_label(rows["pA_hat"], rows["correct"])}), out / "pa_ecdf.png"
+        )
     print(format_summary(summary))
     print(f"results: {out}")
     return summary

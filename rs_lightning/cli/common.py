@@ -16,9 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.data.base import DatasetNotFoundError
 from rs_lightning.models.checkpoint import CheckpointError, safe_instantiate
+from rs_lightning.smoothing import NonFiniteLogitsError
 from rs_lightning.validation import ConfigError
 
-USER_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, ResultFileError)
+USER_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, ResultFileError, NonFiniteLogitsError)
 
 
 def run_or_exit(function: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:

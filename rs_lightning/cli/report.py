@@ -155,6 +155,17 @@ def budget_plot(runs: list[Run], budgets: list[int], path: Path) -> Path:
     return save_figure(budget_figure(curves, references, {r.label: r.n for r in runs}), path)
 
 
+def _sampling(run: Run) -> str | None:
+    """``cohen``, or ``iss ad 0.05 (k0=1000)`` with the run's mean draws per input."""
+    protocol = run.protocol()
+    if protocol["sampling"] != "iss" or not isinstance(protocol["iss"], dict):
+        return protocol["sampling"]
+    iss = protocol["iss"]
+    reuse = ", reuse_pilot" if iss.get("reuse_pilot") else ""
+    decline = f"{iss.get('decline')} {iss.get('max_decline'):g}"
+    return f"iss {decline} (k0={iss.get('k0')}{reuse}; mean n {run.mean_n:.0f})"
+
+
 def _protocol_section(runs: list[Run], differences: dict, notes: list[str]) -> list[str]:
     out = []
     if differences:
@@ -163,10 +174,10 @@ def _protocol_section(runs: list[Run], differences: dict, notes: list[str]) -> l
             f"({', '.join(differences)}); their numbers are not comparable. See the `protocol` column.**",
             "",
         ]
-    columns = ["run", "σ", "N", "n0", "α", "seed", "split", "inputs", "folder"]
+    columns = ["run", "σ", "n", "n0", "α", "seed", "split", "precision", "sampling", "inputs", "folder"]
     rows = [
         [r.label, *[None if v is None else f"{v:g}" for v in (r.sigma, r.n, r.n0, r.alpha)],
-         r.settings.get("seed"), r.settings.get("split"), r.num_inputs, str(r.path)]
+         *[r.protocol()[k] for k in ("seed", "split", "precision")], _sampling(r), r.num_inputs, str(r.path)]
         for r in runs
     ]  # fmt: skip
     out += ["## Settings and protocol", "", md_table(columns, rows), ""]
@@ -176,7 +187,7 @@ def _protocol_section(runs: list[Run], differences: dict, notes: list[str]) -> l
             for k, d in differences.items()
         ]
     else:
-        out.append("- All runs share the inputs (idx set), N, n0, α, seed and split.")
+        out.append("- All runs share the inputs (idx set), n, n0, α, seed, split, precision and sampling.")
     if unknown := unverified_keys(runs):
         out.append(f"- Not recorded by any run, so not verified: {', '.join(unknown)}.")
     return out + [f"- {note}" for note in notes]
@@ -258,7 +269,7 @@ def ecdf_png(sigma: float | None) -> str:
 
 def render_report(runs, differences, table, pairs, budget_rows, budgets, notes) -> str:
     """The text of ``report.md``."""
-    headers = [k for k in table[0] if k not in ("path", "method", "sigma", "N", "n0", "alpha", "inputs")]
+    headers = [k for k in table[0] if k not in ("path", "method", "sigma", "n", "n0", "alpha", "inputs")]
     out = ["# Certification report", "", *_protocol_section(runs, differences, notes)]
     out += ["", "## Certified accuracy and ACR (Table-2 style)", ""]
     out += [md_table(headers, [[row[k] for k in headers] for row in table]), ""]

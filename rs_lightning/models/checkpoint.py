@@ -94,4 +94,11 @@ def load_classifier(
             f"the weights in {path} do not fit the architecture {meta['model'].get('_target_')} "
             f"({meta['model']}): {err}"
         ) from err
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{path} holds {bad} non-finite values (NaN/inf) in {name}: the run that wrote it diverged; "
+                "certify an earlier checkpoint"
+            )
     return model.to(map_location).eval(), meta

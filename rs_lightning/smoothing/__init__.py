@@ -5,10 +5,21 @@ smoothed = Smooth(model, num_classes=10, sigma=0.25)
 label, radius = smoothed.certify(x, n0=100, n=100_000, alpha=0.001, batch_size=1000)
 """
 
-from .dataset import certify_dataset, inputs_per_call
-from .engine import ABSTAIN, CertifyResult, certify_batch, predict_batch, sample_counts
+from .dataset import certify_dataset, inputs_per_call, run_dataset
+from .engine import (
+    ABSTAIN,
+    CertifyResult,
+    PredictResult,
+    certify_batch,
+    predict_batch,
+    prepare,
+    sample_counts,
+)
+from .iss import iss_table
 from .noise import NOISE_BLOCK, Phase
+from .precision import BaseClassifier, NonFiniteLogitsError
 from .smooth import Smooth
+from .spec import CertificationSpec, IssSettings
 from .stats import (
     clopper_pearson_interval,
     clopper_pearson_lower,
@@ -20,17 +31,25 @@ from .stats import (
 __all__ = [
     "ABSTAIN",
     "NOISE_BLOCK",
+    "BaseClassifier",
+    "CertificationSpec",
     "CertifyResult",
+    "IssSettings",
+    "NonFiniteLogitsError",
     "Phase",
+    "PredictResult",
     "Smooth",
     "certify_batch",
     "certify_dataset",
-    "inputs_per_call",
     "clopper_pearson_interval",
     "clopper_pearson_lower",
+    "inputs_per_call",
+    "iss_table",
     "max_certifiable_radius",
     "predict_batch",
+    "prepare",
     "radius_from_pa",
+    "run_dataset",
     "sample_counts",
     "top_two_pvalue",
 ]

@@ -1,48 +1,73 @@
-"""Batched PREDICT/CERTIFY engine (Cohen, Rosenfeld & Kolter, ICML 2019, Alg. 1).
+"""Batched PREDICT/CERTIFY engine (Cohen, Rosenfeld & Kolter, ICML 2019, Alg. 1) and input-specific sampling.
 
 Noise samples of several inputs are packed into full forward batches and counted on the device; the noise
 of input ``i`` comes from ``(seed, i, phase)`` (see :mod:`.noise`), so results are independent of batching.
+Every setting comes from one :class:`~rs_lightning.smoothing.spec.CertificationSpec`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
-from rs_lightning.validation import require_at_least, require_open_unit, require_positive
-
-from .noise import Phase, block_sizes, standard_normal_block
+from .iss import iss_table, pilot_sample_sizes
+from .noise import NOISE_BLOCK, Phase, block_sizes, standard_normal_block
+from .precision import BaseClassifier, NonFiniteLogitsError, as_base_classifier, check_precision_supported
+from .spec import CertificationSpec
 from .stats import clopper_pearson_lower, radius_from_pa, top_two_pvalue
 
 ABSTAIN = -1
+
+
+class UnestablishedGuaranteeWarning(UserWarning):
+    """``iss.reuse_pilot=true``: the reference implementation's bound, whose guarantee is not established."""
 
 
 @dataclass
 class CertifyResult:
     """Per-input CERTIFY outcomes for ``len(index)`` inputs (numpy arrays, aligned).
 
-    ``predict`` is the selected class or ABSTAIN; ``n_a`` counts the *selected* class among the ``n``
-    estimation draws; ``counts`` holds all classes' estimation counts (used for pA w.r.t. a true label).
+    ``selected`` is the class chosen before estimation, ``predict`` the same or ABSTAIN; ``n_a`` counts the
+    *selected* class among the ``n`` estimation draws (``n`` is per input: input-specific sampling chooses
+    it, 0 = abstained without estimating); ``n0``/``n_a0`` are the selection (or ISS pilot) draws and the
+    selected class's count among them; ``counts`` holds all classes' estimation counts; ``samples`` every
+    draw the input cost.
     """
 
     index: np.ndarray
+    selected: np.ndarray
     predict: np.ndarray
     radius: np.ndarray
     n_a: np.ndarray
     pa_lower: np.ndarray
     n_a0: np.ndarray
     counts: np.ndarray
-    n: int
-    n0: int
+    n: np.ndarray
+    n0: np.ndarray
+    samples: np.ndarray
 
     @property
     def pa_hat(self) -> np.ndarray:
-        """Point estimate ``nA / n`` of the selected class's probability under noise."""
-        return self.n_a / self.n
+        """Point estimate ``nA / n`` of the selected class's probability under noise (0 where n = 0)."""
+        return np.divide(self.n_a, self.n, out=np.zeros(self.n_a.shape), where=self.n > 0)
+
+
+@dataclass
+class PredictResult:
+    """Per-input PREDICT outcomes: ``predict`` (class or ABSTAIN), the top two counts ``n_top``/``n_second``
+    among ``n`` draws, the two-sided binomial p-value and all classes' ``counts``."""
+
+    index: np.ndarray
+    predict: np.ndarray
+    n_top: np.ndarray
+    n_second: np.ndarray
+    pvalue: np.ndarray
+    counts: np.ndarray
+    n: int
 
 
 def _check_inputs(xs: torch.Tensor, indices: Sequence[int]) -> list[int]:
@@ -54,46 +79,58 @@ def _check_inputs(xs: torch.Tensor, indices: Sequence[int]) -> list[int]:
 
 @torch.inference_mode()
 def sample_counts(
-    model: nn.Module,
+    model: Callable[[torch.Tensor], torch.Tensor],
     xs: torch.Tensor,
     indices: Sequence[int],
     *,
     phase: Phase,
-    num_samples: int,
+    num_samples: int | Sequence[int],
     sigma: float,
     num_classes: int,
     batch_size: int,
     seed: int = 0,
+    noise_block: int = NOISE_BLOCK,
 ) -> torch.Tensor:
     """Count ``argmax model(x_i + sigma * eps)`` per class over ``num_samples`` draws for every input.
 
     Args:
-        model: base classifier mapping ``(B, *shape)`` inputs in [0,1] pixel space to logits; used as is
+        model: base classifier mapping ``(B, *shape)`` float32 inputs in [0,1] pixel space to logits (an
+            ``nn.Module`` or a :class:`~rs_lightning.smoothing.precision.BaseClassifier`); used as is
             (callers put it in eval mode).
         xs: ``(G, *shape)`` clean inputs, on the model's device.
         indices: dataset index of each input: its noise is seeded by ``(seed, index, phase)``.
+        num_samples: draws per input, one number for all or one per input.
     Returns:
         ``(G, num_classes)`` int64 counts on ``xs.device``.
+    Raises:
+        NonFiniteLogitsError: a noisy sample got NaN/inf logits (its argmax would be a silent class 0).
     """
     indices = _check_inputs(xs, indices)
     groups, shape, device = xs.shape[0], tuple(xs.shape[1:]), xs.device
+    per_input = [int(num_samples)] * groups if np.ndim(num_samples) == 0 else [int(k) for k in num_samples]
+    if len(per_input) != groups:
+        raise ValueError(f"got {len(per_input)} sample sizes for {groups} inputs")
     counts = torch.zeros(groups * num_classes, dtype=torch.long, device=device)
-    if num_samples == 0 or groups == 0:
+    total = sum(per_input)
+    if total == 0:
         return counts.view(groups, num_classes)
-    capacity = min(batch_size, groups * num_samples)
+    capacity = min(batch_size, total)
     batch = torch.empty((capacity, *shape), device=device, dtype=xs.dtype)
     owner = torch.empty(capacity, dtype=torch.long, device=device)
+    nonfinite = torch.zeros(groups, dtype=torch.long, device=device)
     generator = torch.Generator(device=device)
     filled = 0
 
     def flush() -> None:
         nonlocal filled
-        predictions = model(batch[:filled]).argmax(dim=1)
+        logits = model(batch[:filled])
+        nonfinite.index_add_(0, owner[:filled], (~torch.isfinite(logits).all(dim=1)).long())
+        predictions = logits.argmax(dim=1)
         counts.add_(torch.bincount(owner[:filled] * num_classes + predictions, minlength=counts.numel()))
         filled = 0
 
     for g, index in enumerate(indices):
-        for block, rows in enumerate(block_sizes(num_samples)):
+        for block, rows in enumerate(block_sizes(per_input[g], noise_block)):
             fits = capacity - filled >= rows
             noise = standard_normal_block(
                 seed,
@@ -120,90 +157,149 @@ def sample_counts(
                     flush()
     if filled:
         flush()
+    if bool(nonfinite.any()):
+        g = int(torch.nonzero(nonfinite)[0])
+        raise NonFiniteLogitsError(
+            f"the base classifier returned non-finite logits (NaN or inf) on {int(nonfinite[g])} of "
+            f"{per_input[g]} noisy samples of input idx {indices[g]}; its weights may be NaN (a diverged "
+            "run) or the precision may overflow (try precision=32); its certificate would be a constant class"
+        )
     return counts.view(groups, num_classes)
 
 
-def certify_batch(
-    model: nn.Module,
-    xs: torch.Tensor,
-    indices: Sequence[int],
-    *,
-    sigma: float,
-    num_classes: int,
-    n0: int,
-    n: int,
-    alpha: float,
-    batch_size: int,
-    seed: int = 0,
-) -> CertifyResult:
-    """CERTIFY every input of ``xs`` (Cohen et al. 2019, Alg. 1).
+def prepare(model, spec: CertificationSpec) -> BaseClassifier:
+    """The base classifier of ``spec`` (precision, layout, compile) around ``model``, in eval mode.
 
-    Selection: ``cA = argmax`` of counts over ``n0`` draws. Estimation: ``nA`` = count of ``cA`` over ``n``
-    fresh draws; ``pA_lower`` = one-sided Clopper–Pearson bound at level ``alpha``. Abstain (ABSTAIN,
-    radius 0) if ``pA_lower < 1/2``, else radius ``sigma * Phi^-1(pA_lower)``. With probability >= 1 - alpha
-    per input, the result abstains or equals g(x), and g is constant on the L2 ball of that radius.
+    Prepare once per run and pass the result to the engine: preparing copies the network for
+    ``channels_last`` and compiles it for ``compile``. A prepared classifier must match ``spec``.
     """
-    check_certify_args(sigma=sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size)
-    kwargs = dict(sigma=sigma, num_classes=num_classes, batch_size=batch_size, seed=seed)
-    counts0 = sample_counts(model, xs, indices, phase=Phase.SELECTION, num_samples=n0, **kwargs)
-    counts = sample_counts(model, xs, indices, phase=Phase.ESTIMATION, num_samples=n, **kwargs)
-    selected = counts0.argmax(dim=1)
-    n_a0 = counts0.gather(1, selected[:, None]).squeeze(1)
-    n_a = counts.gather(1, selected[:, None]).squeeze(1)
+    if isinstance(model, BaseClassifier):
+        if (model.precision, model.channels_last) != (spec.precision, spec.channels_last):
+            raise ValueError(
+                f"the prepared classifier runs precision={model.precision}, "
+                f"channels_last={model.channels_last} but the spec asks for precision={spec.precision}, "
+                f"channels_last={spec.channels_last}"
+            )
+        return model.eval()
+    return as_base_classifier(
+        model, precision=spec.precision, channels_last=spec.channels_last, compile=spec.compile
+    ).eval()
+
+
+def _counts(model, xs, indices, spec: CertificationSpec, num_classes: int, phase: Phase, num_samples):
+    return sample_counts(
+        model,
+        xs,
+        indices,
+        phase=phase,
+        num_samples=num_samples,
+        sigma=spec.require_sigma(),
+        num_classes=num_classes,
+        batch_size=spec.batch_size,
+        seed=spec.seed,
+        noise_block=spec.noise_block,
+    )
+
+
+def _pick(counts: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
+    return counts.gather(1, selected[:, None]).squeeze(1)
+
+
+def certify_batch(
+    model, xs: torch.Tensor, indices: Sequence[int], spec: CertificationSpec, *, num_classes: int
+) -> CertifyResult:
+    """CERTIFY every input of ``xs`` (Cohen et al. 2019, Alg. 1), with ``spec.sampling``:
+
+    - ``cohen``: ``cA = argmax`` of the counts of ``n0`` selection draws; ``nA`` = count of ``cA`` among
+      ``n`` fresh estimation draws.
+    - ``iss`` (Chen et al. 2022, methods-advanced.md §4.2): ``k0`` pilot draws (their own stream) pick
+      ``cA`` and, through their two-sided CP interval and ψ, the sample size ``k̂ ≤ n``; ``nA`` = count of
+      ``cA`` among ``k̂`` fresh estimation draws (k̂ = 0: abstain at once). The pilot never enters the bound,
+      so the guarantee below holds conditionally on it. ``iss.reuse_pilot`` adds the pilot counts as the
+      reference code does (then the bound uses ``max(k̂, k0)`` draws; guarantee not established).
+
+    ``pA_lower`` = one-sided Clopper–Pearson bound at level ``alpha``; abstain (ABSTAIN, radius 0) if it is
+    below 1/2, else radius ``sigma * Phi^-1(pA_lower)``. With probability >= 1 - alpha per input, the result
+    abstains or equals g(x), and g is constant on the L2 ball of that radius.
+    """
+    if spec.mode != "certify":
+        raise ValueError(f"certify_batch needs a spec with mode='certify', got mode={spec.mode!r}")
+    sigma = spec.require_sigma()
+    check_precision_supported(spec.precision, xs.device)
+    model = prepare(model, spec)
+    groups = xs.shape[0]
+    if spec.sampling == "cohen":
+        counts0 = _counts(model, xs, indices, spec, num_classes, Phase.SELECTION, spec.n0)
+        selected = counts0.argmax(dim=1)
+        counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, spec.n)
+        n = np.full(groups, spec.n, dtype=np.int64)
+        n0 = np.full(groups, spec.n0, dtype=np.int64)
+        samples = n0 + n
+    else:
+        iss, k0 = spec.iss, spec.iss.k0
+        counts0 = _counts(model, xs, indices, spec, num_classes, Phase.PILOT, k0)
+        selected = counts0.argmax(dim=1)
+        psi = iss_table(spec.n, spec.alpha, sigma, iss.decline, iss.max_decline, iss.granularity)
+        k_hat = pilot_sample_sizes(_pick(counts0, selected).cpu().numpy(), k0, psi, spec.alpha)
+        n0 = np.full(groups, k0, dtype=np.int64)
+        if iss.reuse_pilot:
+            warnings.warn(
+                "iss.reuse_pilot=true adds the pilot counts to the Clopper-Pearson bound as the ISS "
+                "reference code does; the sample size depends on those counts, so the 1 - alpha guarantee "
+                "is not established (use the default iss.reuse_pilot=false for certificates)",
+                UnestablishedGuaranteeWarning,
+                stacklevel=2,
+            )
+            extra = np.where(k_hat > 0, np.maximum(k_hat - k0, 0), 0)
+            counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, extra)
+            counts = counts + counts0 * torch.as_tensor(k_hat > 0, device=counts.device)[:, None]
+            n = np.where(k_hat > 0, np.maximum(k_hat, k0), 0)
+            samples = n0 + extra
+        else:
+            counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, k_hat)
+            n = k_hat.astype(np.int64)
+            samples = n0 + n
+    n_a0, n_a = _pick(counts0, selected), _pick(counts, selected)
     selected, n_a0, n_a, counts = (t.cpu().numpy() for t in (selected, n_a0, n_a, counts))
-    pa_lower = clopper_pearson_lower(n_a, n, alpha)
-    abstain = pa_lower < 0.5
+    pa_lower = clopper_pearson_lower(n_a, n, spec.alpha)
+    abstain = (pa_lower < 0.5) | (n == 0)
     return CertifyResult(
         index=np.asarray(indices, dtype=np.int64),
+        selected=selected,
         predict=np.where(abstain, ABSTAIN, selected),
-        radius=radius_from_pa(pa_lower, sigma),
+        radius=np.where(abstain, 0.0, radius_from_pa(pa_lower, sigma)),
         n_a=n_a,
         pa_lower=pa_lower,
         n_a0=n_a0,
         counts=counts,
         n=n,
         n0=n0,
+        samples=samples,
     )
 
 
 def predict_batch(
-    model: nn.Module,
-    xs: torch.Tensor,
-    indices: Sequence[int],
-    *,
-    sigma: float,
-    num_classes: int,
-    n: int,
-    alpha: float,
-    batch_size: int,
-    seed: int = 0,
-) -> np.ndarray:
-    """PREDICT every input (Cohen et al. 2019, Alg. 1): the top class of ``n`` draws, or ABSTAIN when the
-    two-sided binomial test of the top two counts has p-value > alpha. Returns an int64 array."""
-    check_certify_args(sigma=sigma, n0=1, n=n, alpha=alpha, batch_size=batch_size)
-    counts = sample_counts(
-        model,
-        xs,
-        indices,
-        phase=Phase.PREDICTION,
-        num_samples=n,
-        sigma=sigma,
-        num_classes=num_classes,
-        batch_size=batch_size,
-        seed=seed,
-    ).cpu()
-    top2 = counts.topk(2 if num_classes > 1 else 1, dim=1)
-    out = np.empty(len(counts), dtype=np.int64)
-    for i, (values, classes) in enumerate(zip(top2.values.tolist(), top2.indices.tolist(), strict=True)):
-        second = values[1] if len(values) > 1 else 0
-        out[i] = ABSTAIN if top_two_pvalue(values[0], second) > alpha else classes[0]
-    return out
-
-
-def check_certify_args(*, sigma: float, n0: int, n: int, alpha: float, batch_size: int) -> None:
-    """Raise :class:`~rs_lightning.validation.ConfigError` for arguments outside their meaning."""
-    require_positive("sigma", sigma)
-    require_at_least("n0", n0, 1)
-    require_at_least("n", n, 1)
-    require_open_unit("alpha", alpha)
-    require_at_least("batch_size", batch_size, 1)
+    model, xs: torch.Tensor, indices: Sequence[int], spec: CertificationSpec, *, num_classes: int
+) -> PredictResult:
+    """PREDICT every input (Cohen et al. 2019, Alg. 1): the top class of ``n`` draws (their own noise
+    stream), or ABSTAIN when the two-sided binomial test of the top two counts has p-value > alpha. Returns
+    a wrong class (not abstaining) with probability <= alpha per input (Hung & Fithian 2016)."""
+    if spec.mode != "predict":
+        raise ValueError(f"predict_batch needs a spec with mode='predict', got mode={spec.mode!r}")
+    check_precision_supported(spec.precision, xs.device)
+    model = prepare(model, spec)
+    counts = _counts(model, xs, indices, spec, num_classes, Phase.PREDICTION, spec.n).cpu()
+    top2 = counts.topk(min(2, num_classes), dim=1)
+    n_top = top2.values[:, 0].numpy()
+    n_second = top2.values[:, 1].numpy() if num_classes > 1 else np.zeros_like(n_top)
+    pvalue = np.array([top_two_pvalue(a, b) for a, b in zip(n_top, n_second, strict=True)])
+    predict = np.where(pvalue > spec.alpha, ABSTAIN, top2.indices[:, 0].numpy())
+    return PredictResult(
+        index=np.asarray(indices, dtype=np.int64),
+        predict=predict.astype(np.int64),
+        n_top=n_top,
+        n_second=n_second,
+        pvalue=pvalue,
+        counts=counts.numpy(),
+        n=spec.n,
+    )

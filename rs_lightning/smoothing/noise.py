@@ -23,6 +23,8 @@ class Phase(IntEnum):
     SELECTION = 0
     ESTIMATION = 1
     PREDICTION = 2
+    PILOT = 3
+    """Input-specific sampling's pilot: it picks the class and the sample size, never enters the bound."""
 
 
 def block_seed(seed: int, index: int, phase: int, block: int) -> int:
@@ -33,10 +35,10 @@ def block_seed(seed: int, index: int, phase: int, block: int) -> int:
     return int(state[0]) << 32 | int(state[1])
 
 
-def block_sizes(num_samples: int) -> list[int]:
+def block_sizes(num_samples: int, block: int = NOISE_BLOCK) -> list[int]:
     """Sizes of the blocks that make up ``num_samples`` draws (all full but possibly the last)."""
-    full, rest = divmod(num_samples, NOISE_BLOCK)
-    return [NOISE_BLOCK] * full + ([rest] if rest else [])
+    full, rest = divmod(num_samples, block)
+    return [block] * full + ([rest] if rest else [])
 
 
 def standard_normal_block(

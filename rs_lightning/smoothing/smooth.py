@@ -7,7 +7,9 @@ import itertools
 import torch
 from torch import nn
 
-from .engine import ABSTAIN, certify_batch, predict_batch
+from .engine import ABSTAIN, certify_batch, predict_batch, prepare
+from .precision import check_precision_supported
+from .spec import CertificationSpec, IssSettings
 
 
 class Smooth:
@@ -15,60 +17,77 @@ class Smooth:
 
     Same semantics as Cohen et al. 2019: ``x`` is one input without a batch dimension, in [0,1] pixel
     space (any normalization is the base classifier's first layer). Noise is reproducible: call ``k``
-    (counted from 0 per ``Smooth`` object) uses noise seeded by ``(seed, k)`` unless ``index`` is given.
+    (counted from 0 per ``Smooth`` object) uses noise seeded by ``(seed, k)`` unless ``index`` is given, so
+    successive calls draw fresh noise.
+
+    ``precision`` (``"32"``, ``"bf16"``, ``"16"`` on CUDA), ``channels_last`` and ``compile`` choose how the
+    base classifier f is evaluated (see :mod:`rs_lightning.smoothing.precision`: the certificate is for f
+    at that precision). ``certify(..., sampling="iss", iss=IssSettings(...))`` uses input-specific sampling.
     """
 
     ABSTAIN = ABSTAIN
 
-    def __init__(self, base_classifier: nn.Module, num_classes: int, sigma: float, seed: int = 0):
-        if sigma <= 0:
-            raise ValueError(f"sigma must be > 0, got {sigma}")
-        if num_classes < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+    def __init__(
+        self,
+        base_classifier: nn.Module,
+        num_classes: int,
+        sigma: float,
+        seed: int = 0,
+        *,
+        precision: str = "32",
+        channels_last: bool = False,
+        compile: bool = False,
+    ):
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes}")
+        base = CertificationSpec(
+            sigma=sigma, seed=seed, precision=precision, channels_last=channels_last, compile=compile
+        )
         self.base_classifier = base_classifier
         self.num_classes = num_classes
-        self.sigma = sigma
+        self.sigma = base.sigma
         self.seed = seed
+        self._base_spec = base
+        self._classifier = prepare(base_classifier, base)
         self._calls = itertools.count()
 
     def _prepare(self, x: torch.Tensor, index: int | None) -> tuple[torch.Tensor, list[int]]:
+        check_precision_supported(self._base_spec.precision, x.device)
         self.base_classifier.eval()
         return x.unsqueeze(0), [next(self._calls) if index is None else index]
 
+    def _spec(self, **settings) -> CertificationSpec:
+        values = {k: v for k, v in self._base_spec.as_dict().items() if k not in ("iss", "n0", "mode")}
+        return CertificationSpec(**(values | settings))
+
     def certify(
-        self, x: torch.Tensor, n0: int, n: int, alpha: float, batch_size: int, index: int | None = None
+        self,
+        x: torch.Tensor,
+        n0: int | None,
+        n: int,
+        alpha: float,
+        batch_size: int,
+        index: int | None = None,
+        *,
+        sampling: str = "cohen",
+        iss: IssSettings | None = None,
     ) -> tuple[int, float]:
-        """CERTIFY: ``(class, radius)``, or ``(ABSTAIN, 0.0)``; correct with probability >= 1 - alpha."""
+        """CERTIFY: ``(class, radius)``, or ``(ABSTAIN, 0.0)``; correct with probability >= 1 - alpha.
+
+        With ``sampling="iss"`` pass ``n0=None`` (the pilot ``iss.k0`` selects the class); ``n`` is then the
+        largest budget.
+        """
+        spec = self._spec(n0=n0, n=n, alpha=alpha, batch_size=batch_size, sampling=sampling, iss=iss)
         xs, indices = self._prepare(x, index)
-        result = certify_batch(
-            self.base_classifier,
-            xs,
-            indices,
-            sigma=self.sigma,
-            num_classes=self.num_classes,
-            n0=n0,
-            n=n,
-            alpha=alpha,
-            batch_size=batch_size,
-            seed=self.seed,
-        )
+        result = certify_batch(self._classifier, xs, indices, spec, num_classes=self.num_classes)
         return int(result.predict[0]), float(result.radius[0])
 
     def predict(
         self, x: torch.Tensor, n: int, alpha: float, batch_size: int, index: int | None = None
     ) -> int:
         """PREDICT: g(x), or ABSTAIN; wrong (not abstaining) with probability <= alpha."""
+        spec = self._spec(mode="predict", n=n, alpha=alpha, batch_size=batch_size)
         xs, indices = self._prepare(x, index)
         return int(
-            predict_batch(
-                self.base_classifier,
-                xs,
-                indices,
-                sigma=self.sigma,
-                num_classes=self.num_classes,
-                n=n,
-                alpha=alpha,
-                batch_size=batch_size,
-                seed=self.seed,
-            )[0]
+            predict_batch(self._classifier, xs, indices, spec, num_classes=self.num_classes).predict[0]
         )

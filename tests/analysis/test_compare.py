@@ -52,6 +52,7 @@ def write_run(folder, n_a, *, n=1000, sigma=0.25, alpha=0.001, seed=0, n0=100, i
                     "pA_hat": n_a[j] / n,
                     "n0": n0,
                     "nA0": n0,
+                    "samples": n0 + n,
                 }
             )
     settings = {"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "seed": seed, "split": "test"}
@@ -87,7 +88,7 @@ def test_dominance_and_acr_disagreement(tmp_path):
     assert ab["relation"] == "dominates" and ab["acr_a"] < ab["acr_b"] and ab["acr_disagrees"]
     ac = pairs[(a.label, c.label)]
     assert ac["relation"] == "dominates" and not ac["acr_disagrees"]
-    with pytest.raises(ProtocolMismatchError, match=r"N: .*100000.*--allow-mismatch"):
+    with pytest.raises(ProtocolMismatchError, match=r"\bn: .*100000.*--allow-mismatch"):
         check_protocol(runs)
 
 
@@ -123,7 +124,7 @@ def test_old_cohen_tsv_gives_acr_and_accuracy_but_no_ecdf(tmp_path):
     assert run.label == "noise_0.25 σ=0.25"
     assert "no" in run.limitations() and "pA ECDF" in run.limitations()
     row = comparison_table([run], [0.0])[0]
-    assert row["acr"] == run.acr and row["y(0.5)"] is None and row["N"] is None
+    assert row["acr"] == run.acr and row["y(0.5)"] is None and row["n"] is None
     assert dominance([run, run]) == []
 
 
@@ -161,5 +162,5 @@ def test_labels_are_unique_and_table_matches_the_rows(tmp_path):
     assign_labels(runs)
     assert runs[0].label != runs[1].label and runs[0].label.startswith("GaussianAugmentation σ=0.25")
     row = comparison_table(runs, [0.0, 0.5])[0]
-    assert row["N"] == 1000 and row["alpha"] == 0.001 and row["inputs"] == 8
+    assert row["n"] == 1000 and row["alpha"] == 0.001 and row["inputs"] == 8
     assert row["ca@0"] == 1.0 and row["y(0.99)"] == 1.0 and row["y(1)"] == 0.0

@@ -1,8 +1,12 @@
 """certify.tsv: format, append-only writing, resume, repair of a killed last row."""
 
+import numpy as np
 import pytest
+import torch
 
 from rs_lightning.analysis import COLUMNS, ResultFileError, ResultWriter, read_results
+from rs_lightning.analysis.results import PREDICT_COLUMNS, certify_rows, in_subset, predict_rows
+from rs_lightning.smoothing import CertificationSpec, IssSettings, certify_batch, predict_batch
 
 
 def _row(i):
@@ -19,6 +23,7 @@ def _row(i):
         "pA_hat": 0.9,
         "n0": 10,
         "nA0": 9,
+        "samples": 110,
     }
 
 
@@ -99,3 +104,54 @@ def test_reading_a_cohen_file_and_missing_files(tmp_path):
     (tmp_path / "bad.tsv").write_text("a\tb\n")
     with pytest.raises(ResultFileError, match="lacks the columns"):
         read_results(tmp_path / "bad.tsv")
+
+
+def test_a_file_from_before_the_samples_column_resumes_in_its_own_format(tmp_path):
+    path = tmp_path / "certify.tsv"
+    old = [c for c in COLUMNS if c != "samples"]
+    path.write_text(
+        "\t".join(old)
+        + "\n"
+        + "\t".join(["0", "0", "0", "0.1", "1", "0.5", "9", "10", "0.6", "0.9", "5", "5"])
+        + "\n"
+    )
+    with ResultWriter(path) as writer:
+        assert writer.done == {0}
+        writer.write(_row(1))
+    rows = read_results(path)
+    assert rows["idx"].tolist() == [0, 1] and "samples" not in rows
+
+
+class _TwoClass(torch.nn.Module):
+    def forward(self, x):
+        z = x.flatten(1)[:, :1]
+        return torch.cat([-z, z], dim=1)
+
+
+def test_rows_are_built_from_engine_results():
+    """One builder for certify.py and the callback: labels decide ``correct``; ISS rows carry their own n."""
+    xs = torch.tensor([[2.0, 0.0], [-2.0, 0.0], [0.0, 0.0]]).view(3, 1, 1, 2)
+    spec = CertificationSpec(sigma=0.5, n0=20, n=200, alpha=0.001, batch_size=100)
+    rows = certify_rows(certify_batch(_TwoClass(), xs, [4, 5, 6], spec, num_classes=2), [1, 1, 0], 0.25)
+    assert [r["idx"] for r in rows] == [4, 5, 6] and set(rows[0]) == set(COLUMNS)
+    assert [r["correct"] for r in rows] == [1, 0, 0] and rows[0]["predict"] == 1 and rows[2]["predict"] == -1
+    assert rows[0]["samples"] == 220 and rows[0]["pA_hat"] == rows[0]["nA"] / 200
+    iss = CertificationSpec(
+        sigma=0.5, n=200, alpha=0.001, sampling="iss", iss=IssSettings(max_decline=1.0, k0=20, granularity=10)
+    )
+    iss_rows = certify_rows(certify_batch(_TwoClass(), xs, [4, 5, 6], iss, num_classes=2), [1, 1, 0], 0.25)
+    assert (
+        all(r["samples"] == 20 + r["n"] for r in iss_rows)
+        and iss_rows[2]["n"] == 0
+        and iss_rows[2]["pA_hat"] == 0
+    )
+    predict = CertificationSpec(sigma=0.5, mode="predict", n=100, alpha=0.001)
+    prows = predict_rows(predict_batch(_TwoClass(), xs, [4, 5, 6], predict, num_classes=2), [1, 1, 0], 0.1)
+    assert set(prows[0]) == set(PREDICT_COLUMNS) and [r["correct"] for r in prows] == [1, 0, 0]
+    assert prows[0]["nA"] + prows[0]["nB"] == 100 and prows[2]["predict"] == -1
+
+
+def test_in_subset_selects_the_recorded_subset():
+    idx = np.arange(30)
+    assert idx[in_subset(idx, {"skip": 5, "start": 2, "max": 20})].tolist() == [2, 7, 12, 17]
+    assert in_subset(idx, None).all() and in_subset(idx, {"skip": 1, "start": 0, "max": None}).all()

@@ -145,7 +145,7 @@ def test_report_writes_its_files_and_refuses_to_overwrite(constant_runs, tmp_pat
     assert main([*runs, "--out", str(out), "--overwrite"]) == 0
 
 
-@pytest.mark.parametrize(("other", "key"), [("n2000", "N"), ("max40", "subset")])
+@pytest.mark.parametrize(("other", "key"), [("n2000", "n"), ("max40", "subset")])
 def test_report_refuses_a_mismatched_protocol_unless_allowed(constant_runs, tmp_path, capsys, other, key):
     runs = [str(constant_runs["c0"][1]), str(constant_runs[other][1])]
     assert main([*runs, "--out", str(tmp_path / "refused")]) == 2

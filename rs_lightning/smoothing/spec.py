@@ -1,0 +1,251 @@
+"""The one certification spec: every setting that defines a certificate, validated once.
+
+``certify.py``, the certification callback, :class:`~rs_lightning.smoothing.Smooth`, the resume check and the
+report's protocol check all build, store and compare this object (``as_dict``/``protocol``), with one
+spelling per key. Keys, as users type them: ``sigma n0 n alpha seed batch_size split noise_block mode
+precision channels_last compile sampling iss.decline iss.max_decline iss.k0 iss.granularity iss.reuse_pilot``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rs_lightning.validation import ConfigError
+
+from .noise import NOISE_BLOCK
+
+MODES = ("certify", "predict")
+PRECISIONS = ("32", "bf16", "16")
+SAMPLINGS = ("cohen", "iss")
+DECLINES = ("ad", "rd")
+SPLITS = ("train", "test")
+DEFAULT_N0 = 100
+
+PROTOCOL_KEYS = ("mode", "n0", "n", "alpha", "seed", "split", "noise_block", "precision", "sampling", "iss")
+"""The settings two runs must share for their rows to be comparable (with the inputs and σ). ``batch_size``,
+``channels_last`` and ``compile`` change only the floating-point rounding inside the network (as the batch
+size does), not the statistics, so they are recorded but not compared."""
+
+LEGACY_DEFAULTS = {"mode": "certify", "precision": "32", "sampling": "cohen", "iss": None}
+"""Values of keys that runs written before they existed had implicitly (every such run was an fp32
+CERTIFY with Cohen's sampling)."""
+
+
+def _integer(key: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ConfigError(key, value, f"an integer >= {minimum}")
+    return int(value)
+
+
+def _finite(key: str, value, allowed: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ConfigError(key, value, f"a finite number {allowed}")
+    return float(value)
+
+
+def _choice(key: str, value, choices: tuple[str, ...]) -> str:
+    text = str(value).lower() if value is not None else None
+    if text not in choices:
+        raise ConfigError(key, value, "one of " + ", ".join(choices))
+    return text
+
+
+def _flag(key: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "true or false")
+    return value
+
+
+@dataclass(frozen=True)
+class IssSettings:
+    """Input-specific sampling (Chen et al., AAAI 2022; methods-advanced.md §4).
+
+    Args:
+        decline: ``ad`` (radius at most ``max_decline`` below the full-budget radius, in [0,1]-pixel L2 units)
+            or ``rd`` (at most the share ``max_decline`` of it).
+        max_decline: the allowed decline c (paper: AD 0.05 / 0.1, RD 0.01 / 0.05).
+        k0: pilot draws; None → 0.01·n (the paper's setting; the authors' script uses 0.02·n).
+        granularity: sample sizes are multiples of this; None → n / 500 (the authors' batch 200 at n = 1e5).
+        reuse_pilot: add the pilot counts to the bound, as the reference implementation does. Its guarantee
+            is not established (the sample size depends on the pilot); off by default.
+    """
+
+    decline: str = "ad"
+    max_decline: float = 0.05
+    k0: int | None = None
+    granularity: int | None = None
+    reuse_pilot: bool = False
+
+
+@dataclass(frozen=True)
+class CertificationSpec:
+    """Every setting of a CERTIFY or PREDICT run (Cohen, Rosenfeld & Kolter, ICML 2019, Alg. 1).
+
+    ``sigma`` may be None until the checkpoint supplies it (:meth:`with_sigma`); the engine refuses a spec
+    without one. ``n0`` defaults to 100 for Cohen's CERTIFY and must stay unset for ``mode=predict`` and
+    ``sampling=iss`` (which have no separate selection draws: the ISS pilot selects the class).
+    Construction validates every value and raises :class:`~rs_lightning.validation.ConfigError` naming
+    the key, the value and the allowed range.
+    """
+
+    sigma: float | None = None
+    n0: int | None = None
+    n: int = 100_000
+    alpha: float = 0.001
+    seed: int = 0
+    batch_size: int = 1000
+    split: str = "test"
+    noise_block: int = NOISE_BLOCK
+    mode: str = "certify"
+    precision: str = "32"
+    channels_last: bool = False
+    compile: bool = False
+    sampling: str = "cohen"
+    iss: IssSettings | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen dataclass)
+        set_("mode", _choice("mode", self.mode, MODES))
+        set_("sampling", _choice("sampling", self.sampling, SAMPLINGS))
+        if self.sigma is not None:
+            sigma = _finite("sigma", self.sigma, "> 0")
+            if sigma <= 0:
+                raise ConfigError("sigma", self.sigma, "> 0")
+            set_("sigma", sigma)
+        set_("n", _integer("n", self.n, 1))
+        alpha = _finite("alpha", self.alpha, "in the open interval (0, 1)")
+        if not 0 < alpha < 1:
+            raise ConfigError("alpha", self.alpha, "in the open interval (0, 1)")
+        set_("alpha", alpha)
+        set_("seed", _integer("seed", self.seed, 0))
+        set_("batch_size", _integer("batch_size", self.batch_size, 1))
+        set_("split", _choice("split", self.split, SPLITS))
+        set_("noise_block", _integer("noise_block", self.noise_block, 1))
+        set_("precision", _choice("precision", self.precision, PRECISIONS))
+        set_("channels_last", _flag("channels_last", self.channels_last))
+        set_("compile", _flag("compile", self.compile))
+        self._check_selection()
+        self._check_iss()
+
+    def _check_selection(self) -> None:
+        if self.mode == "predict" and self.n0 is not None:
+            raise ConfigError(
+                "n0", self.n0, "unset with mode=predict", "PREDICT has no selection draws; drop n0="
+            )
+        if self.mode == "predict" and self.sampling != "cohen":
+            raise ConfigError("sampling", self.sampling, "cohen with mode=predict")
+        if self.sampling == "iss" and self.n0 is not None:
+            raise ConfigError(
+                "n0", self.n0, "unset with sampling=iss", "The pilot (iss.k0 draws) selects the class"
+            )
+        if self.mode == "certify" and self.sampling == "cohen":
+            n0 = DEFAULT_N0 if self.n0 is None else self.n0
+            object.__setattr__(self, "n0", _integer("n0", n0, 1))
+        if self.sampling == "cohen" and self.iss is not None:
+            raise ConfigError("iss", self.iss, "unset unless sampling=iss")
+
+    def _check_iss(self) -> None:
+        if self.sampling != "iss":
+            return
+        iss = self.iss if self.iss is not None else IssSettings()
+        if isinstance(iss, Mapping):
+            unknown = set(iss) - {f.name for f in dataclasses.fields(IssSettings)}
+            if unknown:
+                raise ConfigError(
+                    "iss", sorted(unknown), "keys of decline, max_decline, k0, granularity, reuse_pilot"
+                )
+            iss = IssSettings(**iss)
+        decline = _choice("iss.decline", iss.decline, DECLINES)
+        upper = "in the open interval (0, 1)" if decline == "rd" else "> 0"
+        max_decline = _finite("iss.max_decline", iss.max_decline, upper)
+        if max_decline <= 0 or (decline == "rd" and max_decline >= 1):
+            raise ConfigError("iss.max_decline", iss.max_decline, f"{upper} for iss.decline={decline}")
+        k0 = max(1, self.n // 100) if iss.k0 is None else iss.k0
+        if isinstance(k0, bool) or not isinstance(k0, numbers.Integral) or not 1 <= k0 < self.n:
+            raise ConfigError("iss.k0", iss.k0, f"an integer in [1, n) = [1, {self.n})")
+        granularity = max(1, self.n // 500) if iss.granularity is None else iss.granularity
+        if isinstance(granularity, bool) or not isinstance(granularity, numbers.Integral):
+            raise ConfigError("iss.granularity", iss.granularity, f"an integer in [1, n] = [1, {self.n}]")
+        if not 1 <= granularity <= self.n:
+            raise ConfigError("iss.granularity", iss.granularity, f"an integer in [1, n] = [1, {self.n}]")
+        resolved = IssSettings(
+            decline=decline,
+            max_decline=max_decline,
+            k0=int(k0),
+            granularity=int(granularity),
+            reuse_pilot=_flag("iss.reuse_pilot", iss.reuse_pilot),
+        )
+        object.__setattr__(self, "iss", resolved)
+
+    # ----------------------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, values: Mapping, prefix: str = "") -> CertificationSpec:
+        """Build from a mapping with the spec's keys (a Hydra node, ``settings.json``); unknown keys are
+        ignored. ``prefix`` is put before every key in error messages (``callbacks.certification.``)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: values[k] for k in names if k in values}
+        if kwargs.get("iss") is not None:
+            kwargs["iss"] = dict(kwargs["iss"])
+        if kwargs.get("sampling", "cohen") == "cohen":
+            kwargs.pop("iss", None)
+        try:
+            return cls(**kwargs)
+        except ConfigError as err:
+            if not prefix:
+                raise
+            raise ConfigError(prefix + err.key, err.value, err.allowed) from None
+
+    def with_sigma(self, sigma: float) -> CertificationSpec:
+        """The same spec at ``sigma`` (validated)."""
+        return dataclasses.replace(self, sigma=sigma)
+
+    def require_sigma(self) -> float:
+        if self.sigma is None:
+            raise ConfigError("sigma", None, "> 0", "no sigma was given and none was taken from a checkpoint")
+        return self.sigma
+
+    def as_dict(self) -> dict:
+        """Plain JSON-able form (the keys of ``settings.json``; ``iss`` is a nested dict or None)."""
+        out = dataclasses.asdict(self)
+        return out
+
+    def protocol(self) -> dict:
+        """The values of :data:`PROTOCOL_KEYS`."""
+        return protocol_of(self.as_dict())
+
+    @property
+    def selection_draws(self) -> int:
+        """Draws spent before estimation per input: n0 (Cohen) or the ISS pilot k0 (0 for PREDICT)."""
+        if self.sampling == "iss":
+            return self.iss.k0
+        return self.n0 or 0
+
+    def describe(self) -> str:
+        """One line for logs, e.g. ``sigma=0.25  n=100000  alpha=0.001  precision=bf16  sampling=iss(…)``."""
+        parts = [f"sigma={self.sigma:g}" if self.sigma is not None else "sigma=?"]
+        if self.n0 is not None:
+            parts.append(f"n0={self.n0}")
+        parts += [f"n={self.n}", f"alpha={self.alpha:g}"]
+        if self.precision != "32":
+            parts.append(f"precision={self.precision}")
+        if self.sampling == "iss":
+            iss = self.iss
+            reuse = ", reuse_pilot" if iss.reuse_pilot else ""
+            parts.append(f"sampling=iss({iss.decline} {iss.max_decline:g}, k0={iss.k0}{reuse})")
+        return "  ".join(parts)
+
+
+def protocol_of(settings: Mapping) -> dict:
+    """The protocol values of a stored settings dict; keys it predates take :data:`LEGACY_DEFAULTS`
+    (an empty dict, i.e. an old Cohen TSV without settings, gives None for every key)."""
+    if not settings:
+        return {key: None for key in PROTOCOL_KEYS}
+    out = {}
+    for key in PROTOCOL_KEYS:
+        value = settings.get(key, LEGACY_DEFAULTS.get(key))
+        out[key] = str(value) if key == "precision" and value is not None else value
+    return out

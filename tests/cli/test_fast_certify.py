@@ -1,0 +1,190 @@
+"""certify.py's speed options and PREDICT mode through the real config tree: precision, layout, ISS,
+mode=predict, their records in settings.json, resume refusals, bad values and non-finite networks."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from rs_testing import REPO, certify_config, train_config
+
+from rs_lightning.analysis.compare import check_protocol, load_runs
+from rs_lightning.analysis.results import PREDICT_COLUMNS, ResultFileError, read_results
+from rs_lightning.cli.certify import certify
+from rs_lightning.cli.train import train
+from rs_lightning.models.checkpoint import CheckpointError
+from rs_lightning.smoothing import NonFiniteLogitsError
+from rs_lightning.validation import ConfigError
+
+SUBSET = ["n=400", "skip=9"]  # 40 of the 360 test digits
+
+
+def test_bf16_channels_last_run_records_its_base_classifier_and_agrees_with_fp32(trained_digits, tmp_path):
+    ckpt = trained_digits["checkpoint"]
+    fp32 = certify(certify_config(tmp_path / "fp32", ckpt, SUBSET))
+    bf16 = certify(certify_config(tmp_path / "bf16", ckpt, [*SUBSET, "precision=bf16", "channels_last=true"]))
+    settings = json.loads((tmp_path / "bf16" / "settings.json").read_text())
+    assert (settings["precision"], settings["channels_last"], settings["compile"]) == ("bf16", True, False)
+    assert fp32["settings"]["precision"] == "32"
+    a, b = read_results(tmp_path / "fp32" / "certify.tsv"), read_results(tmp_path / "bf16" / "certify.tsv")
+    assert (a["idx"] == b["idx"]).all()
+    # same noise, a slightly different function: nearly every count is unchanged, and never by much
+    assert (a["predict"] == b["predict"]).mean() >= 0.95
+    assert np.abs(a["nA"] - b["nA"]).max() <= 0.05 * 400
+    assert abs(fp32["acr"] - bf16["acr"]) < 0.05
+    with pytest.raises(ConfigError, match=r"precision: '32' there, 'bf16' now"):
+        certify(certify_config(tmp_path / "fp32", ckpt, [*SUBSET, "precision=bf16"]))
+    runs = load_runs([tmp_path / "fp32", tmp_path / "bf16"])
+    for run in runs:
+        run.label = run.name
+    with pytest.raises(ResultFileError, match=r"precision: fp32: 32, bf16: bf16"):
+        check_protocol(runs)
+
+
+def test_iss_run_records_per_input_draws_and_refuses_a_resume_with_other_sampling(trained_digits, tmp_path):
+    ckpt = trained_digits["checkpoint"]
+    overrides = ["n=10000", "skip=9", "sampling=iss", "iss.max_decline=0.05"]
+    summary = certify(certify_config(tmp_path, ckpt, overrides))
+    settings = summary["settings"]
+    assert settings["sampling"] == "iss" and settings["n0"] is None
+    assert settings["iss"] == {
+        "decline": "ad",
+        "max_decline": 0.05,
+        "k0": 100,
+        "granularity": 20,
+        "reuse_pilot": False,
+    }
+    rows = read_results(tmp_path / "certify.tsv")
+    assert (
+        (rows["n"] <= 10_000).all()
+        and (rows["n0"] == 100).all()
+        and (rows["samples"] == 100 + rows["n"]).all()
+    )
+    assert rows["n"].mean() < 10_000 and summary["mean_n"] == pytest.approx(rows["n"].mean())
+    assert len(np.unique(rows["n"])) > 1  # the sample size is input-specific
+    pa_hat = np.divide(rows["nA"], rows["n"], out=np.zeros(len(rows["n"])), where=rows["n"] > 0)
+    np.testing.assert_allclose(rows["pA_hat"], pa_hat)
+    assert summary["throughput"]["inputs_per_s"] > 0 and summary["throughput"]["samples_per_s"] > 0
+    with pytest.raises(ConfigError, match=r"sampling: 'iss' there, 'cohen' now"):
+        certify(certify_config(tmp_path, ckpt, ["n=10000", "skip=9"]))
+    with pytest.raises(ConfigError, match=r"iss: .*'max_decline': 0.05.* there, .*'max_decline': 0.1"):
+        certify(certify_config(tmp_path, ckpt, [*overrides[:3], "iss.max_decline=0.1"]))
+
+
+def test_predict_mode_writes_predict_tsv_and_resumes(trained_digits, tmp_path):
+    ckpt = trained_digits["checkpoint"]
+    overrides = ["mode=predict", "n=200", "alpha=0.001", "skip=6"]
+    full = certify(certify_config(tmp_path / "full", ckpt, overrides))
+    assert full["num_inputs"] == 60 and full["accuracy"] > 0.85 and 0 <= full["abstain_rate"] < 0.2
+    assert full["accuracy"] + full["abstain_rate"] + full["error_rate"] == pytest.approx(1.0)
+    lines = (tmp_path / "full" / "predict.tsv").read_text().splitlines()
+    assert lines[0].split("\t") == list(PREDICT_COLUMNS) and len(lines) == 61
+    assert not (tmp_path / "full" / "certify.tsv").exists()
+    certify(certify_config(tmp_path / "part", ckpt, [*overrides[:3], "skip=6", "max=120"]))
+    path = tmp_path / "part" / "predict.tsv"
+    path.write_text(path.read_text()[:-5])  # killed mid-row
+    with pytest.warns(UserWarning, match="incomplete last row"):
+        resumed = certify(certify_config(tmp_path / "part", ckpt, overrides))
+    a, b = read_results(tmp_path / "full" / "predict.tsv", ("idx",)), read_results(path, ("idx",))
+    order = np.argsort(b["idx"])
+    for column in ("idx", "predict", "nA", "nB"):
+        np.testing.assert_array_equal(b[column][order], a[column])
+    assert resumed["accuracy"] == full["accuracy"]
+    with pytest.raises(ConfigError, match=r"mode: 'predict' there, 'certify' now"):
+        certify(certify_config(tmp_path / "full", ckpt, ["n=200", "skip=6"]))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["sigma=nan", "override_sigma=true"], "sigma=nan is invalid: sigma must be a finite number > 0"),
+        (["sigma=inf", "override_sigma=true"], "sigma=inf is invalid: sigma must be a finite number > 0"),
+        (["precision=16"], "precision='16' is invalid: precision must be 32 or bf16 on a CPU"),
+        (["precision=fp8"], "precision='fp8' is invalid: precision must be one of 32, bf16, 16"),
+        (["sampling=adaptive"], "sampling='adaptive' is invalid: sampling must be one of cohen, iss"),
+        (["sampling=iss", "iss.max_decline=0"], "iss.max_decline=0 is invalid: iss.max_decline must be > 0"),
+        (["sampling=iss", "iss.decline=rd", "iss.max_decline=1"], "iss.max_decline=1 is invalid"),
+        (
+            ["sampling=iss", "n=1000", "iss.k0=1000"],
+            "iss.k0=1000 is invalid: iss.k0 must be an integer in [1, n)",
+        ),
+        (["sampling=iss", "iss.k0=0"], "iss.k0=0 is invalid"),
+        (["sampling=iss", "n0=100"], "n0=100 is invalid: n0 must be unset with sampling=iss"),
+        (["mode=predict", "n0=100"], "n0=100 is invalid: n0 must be unset with mode=predict"),
+        (["mode=estimate"], "mode='estimate' is invalid"),
+        (["compile=maybe"], "compile='maybe' is invalid: compile must be true or false"),
+    ],
+)
+def test_bad_speed_and_mode_values_fail_before_any_work(tmp_path, overrides, message):
+    """The checkpoint does not exist: each value check must come first, with one message."""
+    with pytest.raises(ConfigError) as err:
+        certify(certify_config(tmp_path, tmp_path / "missing.ckpt", overrides))
+    assert str(err.value).startswith(message)
+    assert not any(tmp_path.iterdir())
+
+
+def test_cli_prints_one_line_errors_for_bad_speed_options(tmp_path):
+    for overrides, message in (
+        (["precision=16"], "error: precision='16' is invalid"),
+        (["sampling=iss", "iss.max_decline=-1"], "error: iss.max_decline=-1 is invalid"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(REPO / "certify.py"), f"checkpoint={tmp_path}/x.ckpt", *overrides,
+             f"hydra.run.dir={tmp_path}/out"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 2 and done.stderr.startswith(message) and done.stderr.count("\n") == 1
+
+
+def _with_weights(trained_digits, tmp_path, name, change) -> str:
+    checkpoint = torch.load(trained_digits["checkpoint"], weights_only=True)
+    key = (
+        "model.1.classifier.3.weight"  # DigitsCNN's last layer (the classifier is Sequential(normalize, net))
+    )
+    assert key in checkpoint["state_dict"], list(checkpoint["state_dict"])
+    change(checkpoint["state_dict"][key])
+    path = tmp_path / name
+    torch.save(checkpoint, path)
+    return str(path)
+
+
+def test_non_finite_networks_are_refused(trained_digits, tmp_path):
+    """A diverged checkpoint (NaN weights) is refused at load; finite weights whose logits overflow stop the
+    engine naming the input — never a constant class-0 'certificate'."""
+    nan = _with_weights(trained_digits, tmp_path, "nan.ckpt", lambda w: w.view(-1)[0].fill_(float("nan")))
+    with pytest.raises(CheckpointError, match=r"non-finite values \(NaN/inf\) in .*weight"):
+        certify(certify_config(tmp_path / "a", nan, ["n=50", "max=3"]))
+    huge = _with_weights(trained_digits, tmp_path, "huge.ckpt", lambda w: w.fill_(3e38))
+    with pytest.raises(NonFiniteLogitsError, match="input idx 0"):
+        certify(certify_config(tmp_path / "b", huge, ["n=50", "max=3"]))
+    assert read_results(tmp_path / "b" / "certify.tsv")["idx"].size == 0
+
+
+def test_callback_at_bf16_equals_certify_py_at_bf16(tmp_path):
+    """The callback takes the same precision key and builds the same rows as certify.py."""
+    from rs_lightning.callbacks import CertificationCallback
+
+    settings = ["num_inputs=12", "n=120", "batch_size=500", "precision=bf16", "channels_last=true"]
+    result = train(
+        train_config(tmp_path / "train", ["optim.max_epochs=2", "logger=none"]
+                     + [f"callbacks.certification.{s}" for s in settings])
+    )  # fmt: skip
+    callback = CertificationCallback(
+        num_inputs=12, n=120, batch_size=500, precision="bf16", channels_last=True
+    )
+    overrides = [f"{k}={v}" for k, v in callback.certify_command_args(360).items()]
+    summary = certify(
+        certify_config(tmp_path / "cert", result["checkpoint"], [*overrides, "channels_last=true"])
+    )
+    assert summary["settings"]["precision"] == "bf16" and summary["num_inputs"] == 12
+    assert result["metrics"]["val/acr"] == pytest.approx(summary["acr"], abs=1e-6)
+    assert result["metrics"]["val/pa_mean"] == pytest.approx(summary["pa_mean"], abs=1e-6)
+
+
+def test_callback_rejects_bad_precision_with_its_prefix():
+    from rs_lightning.callbacks import CertificationCallback
+
+    with pytest.raises(ConfigError, match=r"^callbacks\.certification\.precision='fp8'"):
+        CertificationCallback(precision="fp8")

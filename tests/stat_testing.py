@@ -1,0 +1,110 @@
+"""Helpers of the statistical tests: an analytic classifier and exact failure probabilities from scipy.
+
+The engine's Clopper–Pearson code is never used here: bounds are recomputed with ``scipy.stats.beta`` so a
+bug in the engine's statistics cannot hide in the test's expectation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from scipy.stats import beta, binom, norm
+from torch import nn
+
+
+class Halfspace(nn.Module):
+    """f(x) = 1[x_0 > 0]: its smoothed pA at x is Phi(|x_0| / sigma) and the smoothed classifier's exact
+    robust radius is |x_0| (the distance to the hyperplane)."""
+
+    def forward(self, x):
+        z = x.flatten(1)[:, 0]
+        return torch.stack([-z, z], dim=1)
+
+
+def halfspace_inputs(margins) -> torch.Tensor:
+    """``(len(margins), 1, 1, 2)`` inputs with x_0 = margin."""
+    xs = torch.zeros(len(margins), 1, 1, 2)
+    xs[:, 0, 0, 0] = torch.as_tensor(np.asarray(margins), dtype=torch.float32)
+    return xs
+
+
+def cp_lower(k, n, alpha: float) -> np.ndarray:
+    """One-sided Clopper–Pearson lower bound BetaInv(alpha; k, n - k + 1), 0 at k = 0 (scipy)."""
+    k = np.asarray(k, dtype=float)
+    with np.errstate(invalid="ignore"):
+        bound = beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)
+    return np.where(k <= 0, 0.0, bound)
+
+
+def prob_bound_exceeds(n: int, p, threshold, alpha: float, bound: Callable = cp_lower, strict: bool = True):
+    """P(bound(X, n, alpha) > threshold) for X ~ Binomial(n, p) (``>=`` if not ``strict``), elementwise.
+
+    The bound must be non-decreasing in X (checked), so the event is X >= k* for the first k* that passes.
+    """
+    p, threshold = np.broadcast_arrays(np.asarray(p, dtype=float), np.asarray(threshold, dtype=float))
+    if n == 0:
+        return np.zeros(p.shape)
+    lower = bound(np.arange(n + 1), n, alpha)
+    assert (np.diff(lower) >= 0).all(), "the bound must be non-decreasing in the count"
+    k_star = np.searchsorted(lower, threshold, side="right" if strict else "left")
+    return binom.sf(k_star - 1, n, p)
+
+
+def certify_failure_probability(margins, sigma, n0, n, alpha, bound: Callable = cp_lower) -> np.ndarray:
+    """Exact P(CERTIFY fails) per input of :class:`Halfspace` (Cohen's Alg. 1: independent n0 selection
+    draws, n estimation draws; ``argmax`` breaks a tie towards class 0). A failure is a certified wrong
+    class, or the true class with a radius above |margin| (⇔ bound > pA)."""
+    margins = np.asarray(margins, dtype=float)
+    q = norm.cdf(margins / sigma)  # P(f = 1)
+    pa = norm.cdf(np.abs(margins) / sigma)
+    truth_is_one = margins > 0
+    select_one = binom.sf(n0 // 2, n0, q)  # more than half the votes (a tie goes to class 0)
+    select_true = np.where(truth_is_one, select_one, 1 - select_one)
+    right = prob_bound_exceeds(n, pa, np.maximum(pa, 0.5), alpha, bound, strict=True)
+    wrong = prob_bound_exceeds(n, 1 - pa, 0.5, alpha, bound, strict=False)
+    return select_true * right + (1 - select_true) * wrong
+
+
+def conditional_failure_probability(margins, sigma, selected, n_per_input, alpha) -> np.ndarray:
+    """Exact P(fail | the class and sample size chosen before estimation) per input of :class:`Halfspace`:
+    the estimation count is Binomial(n_i, p of the selected class) whatever the pilot did, when the
+    estimation draws are fresh."""
+    margins = np.asarray(margins, dtype=float)
+    pa = norm.cdf(np.abs(margins) / sigma)
+    truth = (margins > 0).astype(int)
+    selected, n_per_input = np.asarray(selected), np.asarray(n_per_input)
+    right = selected == truth
+    out = np.zeros(margins.shape)
+    for n_i in np.unique(n_per_input[n_per_input > 0]):
+        rows = n_per_input == n_i
+        ok, bad = rows & right, rows & ~right
+        out[ok] = prob_bound_exceeds(int(n_i), pa[ok], np.maximum(pa[ok], 0.5), alpha, strict=True)
+        out[bad] = prob_bound_exceeds(int(n_i), 1 - pa[bad], 0.5, alpha, strict=False)
+    return out
+
+
+def poisson_binomial_pmf(probabilities) -> np.ndarray:
+    """pmf of the number of successes of independent Bernoulli(p_i) trials (exact convolution)."""
+    pmf = np.zeros(len(probabilities) + 1)
+    pmf[0] = 1.0
+    for i, p in enumerate(probabilities, start=1):
+        pmf[1 : i + 1] = pmf[1 : i + 1] * (1 - p) + pmf[:i] * p
+        pmf[0] *= 1 - p
+    return pmf
+
+
+def acceptance_region(probabilities, tail: float = 1e-6) -> tuple[int, int]:
+    """``(low, high)``: the count of failures lies in [low, high] except with probability <= 2·tail."""
+    cdf = np.cumsum(poisson_binomial_pmf(probabilities))
+    low = int(np.searchsorted(cdf, tail, side="left"))
+    high = int(np.searchsorted(cdf, 1 - tail, side="left"))
+    return low, high
+
+
+def miss_probability(probabilities, low: int, high: int) -> float:
+    """P(low <= count <= high) when the per-input failure probabilities are ``probabilities``: the chance
+    that a bug with these probabilities would pass the test (1 - power)."""
+    cdf = np.cumsum(poisson_binomial_pmf(probabilities))
+    return float(cdf[high] - (cdf[low - 1] if low > 0 else 0.0))
