@@ -2,6 +2,7 @@
 
 from .common import (
     frozen_eval,
+    loss_precision,
     noise_copies,
     normalize_l2,
     per_sample_norm,
@@ -16,6 +17,7 @@ from .smoothmix import smoothmix_pgd
 __all__ = [
     "frozen_eval",
     "kl_noise_pgd",
+    "loss_precision",
     "noise_copies",
     "noise_pgd",
     "normalize_l2",

@@ -43,6 +43,19 @@ def project_l2(delta: torch.Tensor, radius: float | torch.Tensor) -> torch.Tenso
     return delta * torch.clamp(radius / (norm + 1e-12), max=1.0)
 
 
+def loss_precision(logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` in float32 if autocast made them bfloat16/float16, else unchanged (fp32 and fp64 pass
+    through untouched, so full-precision runs are bit-identical).
+
+    Under ``trainer.precision=bf16-mixed`` the network's logits come out in bf16 (8-bit mantissa); softmax,
+    log, entropy and Phi^-1 on them would then run in bf16 too (CPU autocast upcasts only cross-entropy and
+    KL, CUDA autocast a few more ops), rounding probabilities near 1 to 1, and gradients from several loss
+    terms would add up in bf16. Every loss or attack objective that does its own arithmetic on logits calls
+    this first; the forward passes themselves stay in bf16.
+    """
+    return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+
+
 def noise_copies(noise: torch.Tensor, m: int) -> torch.Tensor:
     """Split noise drawn for an image-major batch ``(B*m, ...)`` into ``(m, B, ...)`` (copy j of image b)."""
     return noise.view(-1, m, *noise.shape[1:]).transpose(0, 1)
@@ -50,7 +63,7 @@ def noise_copies(noise: torch.Tensor, m: int) -> torch.Tensor:
 
 def smoothed_softmax(logits: torch.Tensor) -> torch.Tensor:
     """Soft smoothed prediction (1/m) sum_j softmax(z_j): ``logits`` is ``(m, B, K)`` -> ``(B, K)``."""
-    return F.softmax(logits, dim=-1).mean(dim=0)
+    return F.softmax(loss_precision(logits), dim=-1).mean(dim=0)
 
 
 def smoothed_nll(logits: torch.Tensor, y: torch.Tensor, floor: float = 1e-20, reduction: str = "mean"):

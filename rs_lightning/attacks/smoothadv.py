@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import frozen_eval, per_sample_norm, project_l2, smoothed_nll
+from .common import frozen_eval, loss_precision, per_sample_norm, project_l2, smoothed_nll
 
 
 def _check_inputs(x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor) -> None:
@@ -53,7 +53,9 @@ def noisy_logits(model: nn.Module, x: torch.Tensor, noise: torch.Tensor) -> torc
 
 def adversarial_loss(logits: torch.Tensor, y: torch.Tensor, floor: float = 1e-20) -> torch.Tensor:
     """Per-sample ``l_adv``: ``logits`` (m, B, K) -> (B,). m > 1: -log of the softmax averaged over the draws,
-    clamped at ``floor`` (SmoothAdv-PGD objective); m = 1: CE(f(x' + delta), y)."""
+    clamped at ``floor`` (SmoothAdv-PGD objective); m = 1: CE(f(x' + delta), y). Computed in float32 under
+    bf16/fp16 autocast (:func:`loss_precision`)."""
+    logits = loss_precision(logits)
     if logits.shape[0] == 1:
         return F.cross_entropy(logits[0], y, reduction="none")
     return smoothed_nll(logits, y, floor=floor, reduction="none")
@@ -130,7 +132,7 @@ def nograd_direction(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: 
     sigma^2 times an estimate of the ascent direction of -E[F(x+delta)_y] (the probability, not its log).
     """
     with torch.no_grad():
-        p_y = F.softmax(noisy_logits(model, x, noise), dim=-1).gather(
+        p_y = F.softmax(loss_precision(noisy_logits(model, x, noise)), dim=-1).gather(
             -1, y.expand(noise.shape[0], -1)[..., None]
         )
         return (-p_y.view(*p_y.shape[:2], *([1] * (x.dim() - 1))) * noise).mean(dim=0)

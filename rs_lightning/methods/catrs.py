@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rs_lightning.attacks.common import frozen_eval
+from rs_lightning.attacks.common import frozen_eval, loss_precision
 from rs_lightning.attacks.noise_space import kl_noise_pgd, soft_kl
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
@@ -162,7 +162,8 @@ class CATRS(SmoothingMethod):
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
         m, b = self.num_noise_vec, len(x)
         x_rep, noise0 = self.noisy_copies(x, m)  # image-major: row b*M + i is copy i of image b
-        logits0 = self.model(x_rep + noise0).view(b, m, -1)
+        # float32 under bf16-mixed: otherwise the soft labels p_b below would be rounded to bf16
+        logits0 = loss_precision(self.model(x_rep + noise0)).view(b, m, -1)
         target = self.soft_targets(y, index, logits0.shape[-1]).to(logits0.dtype)
         ce = F.cross_entropy(logits0.flatten(0, 1), y.repeat_interleave(m), reduction="none").view(b, m)
         if self.confidence_mask:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rs_lightning.attacks import smoothed_softmax
+from rs_lightning.attacks import loss_precision, smoothed_softmax
 from rs_lightning.attacks.smoothadv import smoothadv_pgd
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
@@ -104,6 +104,7 @@ class Consistency(SmoothingMethod):
 
     def consistency_terms(self, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Per-image ``(KL, H, MSE)`` from logits ``(m, B', K)``: mean_j KL(p̄‖p_j), H(p̄), ‖p_2 − p_1‖²."""
+        logits = loss_precision(logits)  # float32 under bf16-mixed (log-softmax, entropy, MSE are ours)
         log_p = F.log_softmax(logits, dim=-1)
         p_bar = smoothed_softmax(logits)
         kl = F.kl_div(log_p, p_bar.expand_as(log_p), reduction="none").sum(-1).mean(0)
@@ -114,7 +115,8 @@ class Consistency(SmoothingMethod):
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
         m, b = self.num_noise_vec, len(x)
         noise = self.gaussian_noise(x.unsqueeze(0).expand(m, *x.shape))  # δ_1..δ_m, each shaped like x
-        logits = self.model(self.noisy_inputs(x, y, noise))
+        # float32 under bf16-mixed, once: the CE and consistency gradients then add up in float32
+        logits = loss_precision(self.model(self.noisy_inputs(x, y, noise)))
         cross_entropy = F.cross_entropy(logits, y.repeat(m))
         kl, entropy, mse = self.consistency_terms(logits.reshape(m, b, -1))
         if self.loss == "default":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.distributions import Normal
 
-from rs_lightning.attacks import noise_copies, smoothed_softmax
+from rs_lightning.attacks import loss_precision, noise_copies, smoothed_softmax
 from rs_lightning.validation import require_at_least, require_non_negative, require_positive
 
 from .base import SmoothingMethod
@@ -83,7 +83,9 @@ class MACER(SmoothingMethod):
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
         k = self.num_noise_vec
         repeated, noise = self.noisy_copies(x, k)
-        logits = noise_copies(self.model(repeated + noise), k)  # (k, B, K)
+        # float32 under bf16-mixed: in bf16 any p_A > 0.999 rounds to 1 and Phi^-1(p_A) to inf, so such images
+        # would leave the hinge (masked) although xi <= gamma; and the soft CE would be a bf16 number.
+        logits = noise_copies(loss_precision(self.model(repeated + noise)), k)  # (k, B, K)
         p_y = smoothed_softmax(logits).gather(1, y[:, None]).squeeze(1)
         classification = -torch.log(p_y + 1e-10).sum()
         lbd = self.robustness_weight()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rs_lightning.attacks import frozen_eval, noise_copies, smoothed_softmax
+from rs_lightning.attacks import frozen_eval, loss_precision, noise_copies, smoothed_softmax
 from rs_lightning.attacks.smoothmix import smoothmix_pgd
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
@@ -88,9 +88,12 @@ class SmoothMix(SmoothingMethod):
         return torch.rand(like.shape[0], generator=gen, device=like.device, dtype=like.dtype) / 2
 
     def _forward_copies(self, x: torch.Tensor, noises: torch.Tensor) -> torch.Tensor:
-        """Logits ``(m, B, K)`` of f(x + δ_i), all m·B copies in one (train-mode) forward pass."""
+        """Logits ``(m, B, K)`` of f(x + δ_i), all m·B copies in one (train-mode) forward pass; float32 under
+        bf16-mixed (:func:`~rs_lightning.attacks.common.loss_precision`): the CE, p̄ and KL arithmetic is ours,
+        and the gradients of the CE and mixup terms then add up in float32."""
         m, b = noises.shape[:2]
-        return self.model((x.unsqueeze(0) + noises).reshape(m * b, *x.shape[1:])).view(m, b, -1)
+        logits = self.model((x.unsqueeze(0) + noises).reshape(m * b, *x.shape[1:]))
+        return loss_precision(logits).view(m, b, -1)
 
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
         m = self.num_noise_vec
