@@ -187,3 +187,13 @@ def test_constant_classifier_run_converts_to_the_closed_form_at_every_budget(n):
         rows = budget_table(pa, n=n, sigma=SIGMA, alpha=ALPHA, budgets=[10, 100, 10_000, 10**6])
     for row in rows:
         assert row["acr"] == pytest.approx(constant_classifier_acr(share, SIGMA, ALPHA, row["budget"]), 1e-12)
+
+
+def test_true_label_pa_uses_each_rows_own_n_and_zero_for_unsampled_rows():
+    """Input-specific sampling writes per-row n, and n = 0 for inputs abstained without estimation."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0/0 warning
+        pa = true_label_pa([90, 0, 450, 10], [100, 0, 500, 20], [1, 0, 1, 0])
+    np.testing.assert_allclose(pa, [0.9, 0.0, 0.9, 0.0])

@@ -13,6 +13,7 @@ from rs_testing import REPO, certify_config, train_config
 from rs_lightning.analysis.compare import check_protocol, load_runs
 from rs_lightning.analysis.results import PREDICT_COLUMNS, ResultFileError, read_results
 from rs_lightning.cli.certify import certify
+from rs_lightning.cli.report import main as report_main
 from rs_lightning.cli.train import train
 from rs_lightning.models.checkpoint import CheckpointError
 from rs_lightning.smoothing import NonFiniteLogitsError
@@ -69,6 +70,10 @@ def test_iss_run_records_per_input_draws_and_refuses_a_resume_with_other_samplin
     assert summary["throughput"]["inputs_per_s"] > 0 and summary["throughput"]["samples_per_s"] > 0
     with pytest.raises(ConfigError, match=r"sampling: 'iss' there, 'cohen' now"):
         certify(certify_config(tmp_path, ckpt, ["n=10000", "skip=9"]))
+    # the report reads per-row n (ECDF, budget conversion) and labels the sampling
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "report"), "--budgets", "1000", "10000"]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "iss ad 0.05 (k0=100; mean n" in text and (tmp_path / "report" / "budget.csv").stat().st_size > 0
     with pytest.raises(ConfigError, match=r"iss: .*'max_decline': 0.05.* there, .*'max_decline': 0.1"):
         certify(certify_config(tmp_path, ckpt, [*overrides[:3], "iss.max_decline=0.1"]))
 

@@ -1,0 +1,168 @@
+"""Mutation check of the statistical tests: each plausible bug, applied to a copy of HEAD, must fail them.
+
+    python scripts/mutation_check.py            # about 3 minutes on 2 cores; exit status 1 if a bug survives
+
+Every mutant below is a bug the tests in tests/smoothing/ say they exist to catch (an off-by-one in the
+Clopper–Pearson parameters, selecting the class from the estimation counts, a one-sided PREDICT test, an ISS
+pilot drawn from the estimation stream, ...). The copy is a temporary ``git worktree`` of HEAD: uncommitted
+changes are not checked, and the working tree is never modified.
+"""
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+MUTANTS = [
+    # (name, file, original text, mutated text, tests that must fail)
+    (
+        "cp off-by-one (k+1, n-k)",
+        "rs_lightning/smoothing/stats.py",
+        "bound = beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)",
+        "bound = beta.ppf(alpha, k + 1, np.maximum(n - k, 1e-300))",
+        "tests/smoothing/test_soundness.py::test_certify_is_sound_and_tight_on_an_analytic_classifier",
+    ),
+    (
+        "cp missing +1 (k, n-k)",
+        "rs_lightning/smoothing/stats.py",
+        "bound = beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)",
+        "bound = beta.ppf(alpha, np.maximum(k, 1e-300), np.maximum(n - k, 1e-300))",
+        "tests/smoothing/test_soundness.py::test_certify_is_sound_and_tight_on_an_analytic_classifier",
+    ),
+    (
+        "cp two-sided alpha",
+        "rs_lightning/smoothing/stats.py",
+        "bound = beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)",
+        "bound = beta.ppf(alpha / 2, np.maximum(k, 1e-300), n - k + 1)",
+        "tests/smoothing/test_soundness.py::test_certify_is_sound_and_tight_on_an_analytic_classifier",
+    ),
+    (
+        "wald bound",
+        "rs_lightning/smoothing/stats.py",
+        "    return np.where(k <= 0, 0.0, bound)\n\n\ndef clopper_pearson_interval",
+        "    from scipy.stats import norm as _n\n    p = k / n\n"
+        "    return np.clip(p - _n.ppf(1 - alpha) * np.sqrt(p * (1 - p) / n), 0, 1)\n\n\n"
+        "def clopper_pearson_interval",
+        "tests/smoothing/test_soundness.py::test_certify_is_sound_and_tight_on_an_analytic_classifier",
+    ),
+    (
+        "select from estimation counts",
+        "rs_lightning/smoothing/engine.py",
+        "        selected = counts0.argmax(dim=1)\n"
+        "        counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, spec.n)\n",
+        "        counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, spec.n)\n"
+        "        selected = counts.argmax(dim=1)\n",
+        "tests/smoothing/test_soundness.py::test_certify_at_the_decision_boundary_certifies_at_rate_alpha",
+    ),
+    (
+        "iss pilot from the estimation stream",
+        "rs_lightning/smoothing/engine.py",
+        "counts0 = _counts(model, xs, indices, spec, num_classes, Phase.PILOT, k0)",
+        "counts0 = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, k0)",
+        "tests/smoothing/test_soundness.py -k test_iss",
+    ),
+    (
+        "iss bound with n instead of k_hat",
+        "rs_lightning/smoothing/engine.py",
+        "pa_lower = clopper_pearson_lower(n_a, n, spec.alpha)",
+        "pa_lower = clopper_pearson_lower(n_a, spec.n if spec.sampling == 'iss' else n, spec.alpha)",
+        "tests/smoothing/test_soundness.py::test_iss_default_mode_is_sound_given_its_pilot",
+    ),
+    (
+        "iss default reuses pilot",
+        "rs_lightning/smoothing/engine.py",
+        "        if iss.reuse_pilot:",
+        "        if True:",
+        "tests/smoothing/test_soundness.py -k test_iss",
+    ),
+    (
+        "predict one-sided test",
+        "rs_lightning/smoothing/stats.py",
+        "return float(binomtest(int(n_top), total, 0.5).pvalue)",
+        "return float(binomtest(int(n_top), total, 0.5, alternative='greater').pvalue)",
+        "tests/smoothing/test_soundness.py::test_predict_at_the_decision_boundary_answers_at_rate_alpha",
+    ),
+    (
+        "predict at 2 alpha",
+        "rs_lightning/smoothing/engine.py",
+        "predict = np.where(pvalue > spec.alpha,",
+        "predict = np.where(pvalue > 2 * spec.alpha,",
+        "tests/smoothing/test_soundness.py::test_predict_at_the_decision_boundary_answers_at_rate_alpha",
+    ),
+    (
+        "predict at alpha/2",
+        "rs_lightning/smoothing/engine.py",
+        "predict = np.where(pvalue > spec.alpha,",
+        "predict = np.where(pvalue > spec.alpha / 2,",
+        "tests/smoothing/test_soundness.py::test_predict_at_the_decision_boundary_answers_at_rate_alpha",
+    ),
+    (
+        "Smooth reuses call 0's noise",
+        "rs_lightning/smoothing/smooth.py",
+        "next(self._calls) if index is None else index",
+        "0 if index is None else index",
+        "tests/smoothing/test_engine.py::test_repeated_calls_draw_fresh_noise_and_an_index_pins_it",
+    ),
+    (
+        "precision ignored",
+        "rs_lightning/smoothing/precision.py",
+        "        self.autocast_dtype = AUTOCAST_DTYPES.get(self.precision)",
+        "        self.autocast_dtype = None",
+        "tests/smoothing/test_engine.py::test_bf16_really_runs_the_network_in_bfloat16",
+    ),
+    (
+        "non-finite logits unchecked",
+        "rs_lightning/smoothing/engine.py",
+        "    if bool(nonfinite.any()):",
+        "    if False:",
+        "tests/smoothing/test_engine.py::test_non_finite_logits_stop_certification_naming_the_input",
+    ),
+]
+
+
+def main() -> int:
+    survivors = []
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "tree"
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(tree), "HEAD"], check=True
+        )
+        try:
+            for name, path, old, new, tests in MUTANTS:
+                file = tree / path
+                text = file.read_text()
+                if old not in text:
+                    raise SystemExit(
+                        f"error: mutant {name!r} no longer applies to {path}; update this script's MUTANTS"
+                    )
+                file.write_text(text.replace(old, new))
+                command = [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-x",
+                    "-p",
+                    "no:cacheprovider",
+                    *tests.split(),
+                ]
+                done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+                file.write_text(text)
+                last = (
+                    done.stdout.strip().splitlines()[-1]
+                    if done.stdout.strip()
+                    else done.stderr.strip()[-200:]
+                )
+                print(f"{'caught  ' if done.returncode else 'SURVIVED'}  {name}: {last}", flush=True)
+                if done.returncode == 0:
+                    survivors.append(name)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+    print(f"{len(MUTANTS) - len(survivors)} of {len(MUTANTS)} mutants caught")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
