@@ -33,5 +33,16 @@ bench: $(STAMP)
 	$(PY) -m bench.run
 	$(PY) -m bench.methods
 
+# GPU device check (bench/README.md): writes bench/results/gpu.json in < 8 min on one GPU; stops at once
+# without CUDA. On a machine whose python3 already has torch (a lent GPU, no .venv): make bench-gpu GPU_PY=python3
+.PHONY: bench-gpu bench-gpu-smoke
+GPU_PY ?= $(PY)
+bench-gpu: $(if $(filter $(PY),$(GPU_PY)),$(STAMP))
+	$(GPU_PY) -m bench.gpu $(BENCH_GPU_ARGS)
+
+# the same code path on the CPU with tiny sizes (seconds); tests/bench runs it too
+bench-gpu-smoke: $(STAMP)
+	$(PY) -m bench.gpu --device cpu --smoke --out outputs/bench/gpu_smoke.json
+
 clean:
 	rm -rf outputs multirun lightning_logs .pytest_cache

@@ -305,3 +305,15 @@ def test_no_warning_in_the_default_path():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         certify_batch(Halfspace(), torch.zeros(1, 1, 1, 2), [0], spec(n0=5, n=5), num_classes=2)
+
+
+def test_bf16_is_refused_on_a_gpu_without_bf16_units(monkeypatch):
+    from rs_lightning.smoothing.precision import check_precision_supported
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (7, 5))
+    with pytest.raises(ConfigError, match=r"^precision='bf16' is invalid: .*no bfloat16 units"):
+        check_precision_supported("bf16", "cuda:0")
+    check_precision_supported("16", "cuda:0")  # fp16 is fine there
+    with pytest.raises(ConfigError, match=r"^precision='bf16' is invalid: precision must be 32 on mps"):
+        check_precision_supported("bf16", "mps")
