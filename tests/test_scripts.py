@@ -1,5 +1,6 @@
 """scripts/acr_difference_ci.py: the paired ACR difference used in docs/results.md."""
 
+import json
 import runpy
 import sys
 from pathlib import Path
@@ -83,3 +84,32 @@ def test_precision_agreement_on_noisy_samples(trained_digits, capsys):
         )
         assert setting["inputs_with_any_difference"] <= 6
     assert '"bf16"' in capsys.readouterr().out
+
+
+ISS_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "iss_comparison.py"
+
+
+def write_rows(folder: Path, radii, samples, seconds, settings: dict) -> Path:
+    with ResultWriter(folder / "certify.tsv") as writer:
+        for i, (r, s, t) in enumerate(zip(radii, samples, seconds, strict=True)):
+            row = dict(idx=i, label=0, predict=0 if r > 0 else -1, radius=r, correct=int(r > 0), time=t)
+            writer.write(row | dict(nA=90, n=s - 10, pA_lower=0.8, pA_hat=0.9, n0=10, nA0=9, samples=s))
+    (folder / "settings.json").write_text(json.dumps({"n": 1000, "precision": "bf16", **settings}))
+    return folder
+
+
+def test_iss_comparison_reports_draws_time_and_decline(tmp_path, capsys):
+    ias = write_rows(tmp_path / "ias", [1.0, 0.5, 0.0, 0.8], [1010] * 4, [2.0] * 4, {"sampling": "cohen"})
+    iss = {"sampling": "iss", "iss": {"decline": "ad", "max_decline": 0.05}}
+    fast = write_rows(tmp_path / "iss", [0.9, 0.48, 0.0, 0.8], [510, 110, 10, 410], [1.0, 0.2, 0.1, 0.7], iss)
+    rows = runpy.run_path(str(ISS_SCRIPT))["main"]([str(ias), str(fast), "--radii", "0", "0.5"])
+    assert rows[0]["sampling"] == "IAS" and rows[0]["samples_ratio"] == 1.0
+    assert rows[1]["sampling"] == "ISS AD 0.05" and rows[1]["mean_samples"] == pytest.approx(260)
+    assert rows[1]["samples_ratio"] == pytest.approx(1010 / 260) and rows[1]["time_ratio"] == pytest.approx(
+        2 / 0.5
+    )
+    assert rows[1]["max_decline"] == pytest.approx(0.1) and rows[1]["share_above_max_decline"] == 0.25
+    assert rows[1]["certified_accuracy"] == {"0": 0.75, "0.5": 0.5} and rows[1]["acr"] == pytest.approx(
+        2.18 / 4
+    )
+    assert "| ISS AD 0.05 | bf16 | 260 | 3.88 |" in capsys.readouterr().out
