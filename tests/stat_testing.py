@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from scipy.stats import beta, binom, norm
+from scipy.stats import beta, binom, hypergeom, norm
 from torch import nn
 
 
@@ -38,15 +38,24 @@ def cp_lower(k, n, alpha: float) -> np.ndarray:
     return np.where(k <= 0, 0.0, bound)
 
 
-def prob_bound_exceeds(n: int, p, threshold, alpha: float, bound: Callable = cp_lower, strict: bool = True):
-    """P(bound(X, n, alpha) > threshold) for X ~ Binomial(n, p) (``>=`` if not ``strict``), elementwise.
+def prob_bound_exceeds(
+    n: int,
+    p,
+    threshold,
+    alpha: float,
+    bound: Callable = cp_lower,
+    strict: bool = True,
+    bound_n: int | None = None,
+):
+    """P(bound(X, n, alpha) > threshold) for X ~ Binomial(n, p) (``>=`` if not ``strict``), elementwise;
+    ``bound_n`` replaces n inside the bound (a bug model: the bound told the wrong number of draws).
 
     The bound must be non-decreasing in X (checked), so the event is X >= k* for the first k* that passes.
     """
     p, threshold = np.broadcast_arrays(np.asarray(p, dtype=float), np.asarray(threshold, dtype=float))
     if n == 0:
         return np.zeros(p.shape)
-    lower = bound(np.arange(n + 1), n, alpha)
+    lower = bound(np.arange(n + 1), n if bound_n is None else bound_n, alpha)
     assert (np.diff(lower) >= 0).all(), "the bound must be non-decreasing in the count"
     k_star = np.searchsorted(lower, threshold, side="right" if strict else "left")
     return binom.sf(k_star - 1, n, p)
@@ -67,10 +76,10 @@ def certify_failure_probability(margins, sigma, n0, n, alpha, bound: Callable = 
     return select_true * right + (1 - select_true) * wrong
 
 
-def conditional_failure_probability(margins, sigma, selected, n_per_input, alpha) -> np.ndarray:
+def conditional_failure_probability(margins, sigma, selected, n_per_input, alpha, bound_n=None) -> np.ndarray:
     """Exact P(fail | the class and sample size chosen before estimation) per input of :class:`Halfspace`:
     the estimation count is Binomial(n_i, p of the selected class) whatever the pilot did, when the
-    estimation draws are fresh."""
+    estimation draws are fresh. ``bound_n``: the bug of a bound computed with that n instead of n_i."""
     margins = np.asarray(margins, dtype=float)
     pa = norm.cdf(np.abs(margins) / sigma)
     truth = (margins > 0).astype(int)
@@ -80,8 +89,9 @@ def conditional_failure_probability(margins, sigma, selected, n_per_input, alpha
     for n_i in np.unique(n_per_input[n_per_input > 0]):
         rows = n_per_input == n_i
         ok, bad = rows & right, rows & ~right
-        out[ok] = prob_bound_exceeds(int(n_i), pa[ok], np.maximum(pa[ok], 0.5), alpha, strict=True)
-        out[bad] = prob_bound_exceeds(int(n_i), 1 - pa[bad], 0.5, alpha, strict=False)
+        kw = dict(alpha=alpha, bound_n=bound_n)
+        out[ok] = prob_bound_exceeds(int(n_i), pa[ok], np.maximum(pa[ok], 0.5), strict=True, **kw)
+        out[bad] = prob_bound_exceeds(int(n_i), 1 - pa[bad], 0.5, strict=False, **kw)
     return out
 
 
@@ -108,3 +118,39 @@ def miss_probability(probabilities, low: int, high: int) -> float:
     that a bug with these probabilities would pass the test (1 - power)."""
     cdf = np.cumsum(poisson_binomial_pmf(probabilities))
     return float(cdf[high] - (cdf[low - 1] if low > 0 else 0.0))
+
+
+def iss_boundary_certify_rate(n: int, k0: int, alpha: float, psi, variant: str = "fresh") -> float:
+    """P(ISS certifies an input at pA = pB = 1/2) — every such certificate is wrong — summed exactly over the
+    pilot count c ~ Bin(k0, 1/2) (selected count max(c, k0 - c); k̂ from its two-sided CP interval and the
+    engine's ψ lookup, a plan, not a statistic). ``variant``: ``fresh`` (the engine: Bin(k̂, 1/2) new draws),
+    ``reuse`` (pilot counts added to max(k̂, k0) draws: the reference code) or ``prefix`` (the bug of
+    taking the pilot from the estimation stream: its first k0 draws are the pilot's)."""
+    from rs_lightning.smoothing.iss import sample_sizes_for_interval
+
+    c = np.arange(k0 + 1)
+    selected = np.maximum(c, k0 - c)
+    with np.errstate(invalid="ignore"):
+        low = np.where(
+            selected <= 0, 0.0, beta.ppf(alpha / 2, np.maximum(selected, 1e-300), k0 - selected + 1)
+        )
+        high = np.where(
+            selected >= k0, 1.0, beta.ppf(1 - alpha / 2, selected + 1, np.maximum(k0 - selected, 1e-300))
+        )
+    k_hat = sample_sizes_for_interval(psi, low, high)
+    total = 0.0
+    for weight, s, k in zip(binom.pmf(c, k0, 0.5), selected, k_hat, strict=True):
+        if k == 0:
+            continue
+        if variant == "fresh":
+            x = np.arange(k + 1)
+            hit = binom.pmf(x, k, 0.5)[cp_lower(x, k, alpha) >= 0.5].sum()
+        elif variant == "reuse" or k >= k0:
+            m = max(k, k0)
+            y = np.arange(m - k0 + 1)
+            hit = binom.pmf(y, m - k0, 0.5)[cp_lower(s + y, m, alpha) >= 0.5].sum()
+        else:  # prefix, k̂ < k0: the count among the first k̂ of the pilot's draws
+            x = np.arange(k + 1)
+            hit = hypergeom.pmf(x, k0, s, k)[cp_lower(x, k, alpha) >= 0.5].sum()
+        total += weight * hit
+    return float(total)

@@ -82,7 +82,8 @@ def _radius_key(r: float) -> str:
 
 def summarize_predictions(predict, correct) -> dict:
     """The ``summary.json`` metrics of a PREDICT run: ``accuracy`` (abstain = wrong), ``abstain_rate`` and
-    ``error_rate`` (a class other than the label; at most alpha per input for the smoothed classifier g)."""
+    ``error_rate`` (answered a class other than the label). PREDICT's guarantee is about g(x), not the
+    label: an answer differs from the smoothed classifier's class with probability <= alpha per input."""
     predict, correct = np.asarray(predict), np.asarray(correct, dtype=bool)
     size = max(int(correct.size), 1)
     return {

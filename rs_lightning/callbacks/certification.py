@@ -23,7 +23,7 @@ from rs_lightning.data.subset import evenly_spaced
 from rs_lightning.metrics import AverageCertifiedRadius, CertifiedAccuracy, PAEcdf, PAEstimates
 from rs_lightning.smoothing import CertificationSpec, certify_dataset
 from rs_lightning.smoothing.precision import check_precision_supported
-from rs_lightning.validation import require_at_least
+from rs_lightning.validation import require_at_least, require_positive
 
 PREFIX = "callbacks.certification."
 
@@ -62,6 +62,7 @@ class CertificationCallback(pl.Callback):
     ) -> None:
         require_at_least(PREFIX + "every_n_epochs", every_n_epochs, 1)
         require_at_least(PREFIX + "num_inputs", num_inputs, 1)
+        require_positive(PREFIX + "radius_step", radius_step)
         settings = dict(sigma=sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed)
         settings |= dict(precision=precision, channels_last=channels_last, compile=compile)
         self.spec = CertificationSpec.from_dict(settings, prefix=PREFIX)

@@ -39,12 +39,13 @@ from rs_lightning.models.normalize import build_classifier
 from rs_lightning.smoothing import CertificationSpec, run_dataset
 from rs_lightning.smoothing.precision import check_precision_supported
 from rs_lightning.smoothing.spec import protocol_of
-from rs_lightning.validation import ConfigError, require_at_least
+from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 from .common import checkpoint_datamodule, plain, resolve_device, tune_cpu_allocator
 
-IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model")
-"""With the spec's protocol keys: what a resume must match (what the rows were certified of)."""
+IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model", "data", "device")
+"""With the spec's protocol keys: what a resume must match (what the rows were certified of, and the
+device type, whose noise generators differ: CPU and CUDA rows would not come from one stream)."""
 
 
 def _sha256(path: Path) -> str:
@@ -172,9 +173,21 @@ def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
     spec = spec_from_config(cfg)
     require_at_least("skip", cfg.skip, 1)
     require_at_least("start", cfg.start, 0)
+    require_positive("radius_step", cfg.radius_step)
     if cfg.max is not None:
         require_at_least("max", cfg.max, cfg.start + 1)
     return spec
+
+
+def tf32_settings(device: torch.device) -> dict | None:
+    """On CUDA, whether "fp32" convolutions/matmuls may run as TF32 (PyTorch's defaults: cuDNN yes, matmul
+    no), which is part of what the certified base classifier is; None elsewhere."""
+    if device.type != "cuda":
+        return None
+    return {
+        "cudnn": bool(torch.backends.cudnn.allow_tf32),
+        "matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+    }
 
 
 def throughput(rows: dict) -> dict:
@@ -206,6 +219,7 @@ def certify(cfg: DictConfig) -> dict:
         "train_sigma": None if meta["sigma"] is None else float(meta["sigma"]),
         "sigma_overridden": meta["sigma"] is not None and sigma != float(meta["sigma"]),
         "device": device.type,
+        "tf32": tf32_settings(device),
         "subset": {"skip": cfg.skip, "start": cfg.start, "max": cfg.max, "num_inputs": len(indices)},
         "checkpoint": None if checkpoint is None else str(checkpoint.resolve()),
         "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -22,12 +23,27 @@ from rs_lightning.validation import ConfigError
 USER_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, ResultFileError, NonFiniteLogitsError)
 
 
+def user_error(err: BaseException) -> BaseException | None:
+    """The user error behind ``err``: itself, or the cause Hydra wrapped when instantiating a config node
+    (e.g. a callback rejecting ``callbacks.certification.n0=0``); None for anything else."""
+    while err is not None:
+        if isinstance(err, USER_ERRORS):
+            return err
+        if not isinstance(err, InstantiationException):
+            return None
+        err = err.__cause__
+    return None
+
+
 def run_or_exit(function: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
     """Run an entry point; a user error prints one line ``error: ...`` and exits with status 2."""
     try:
         return function(cfg)
-    except USER_ERRORS as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (*USER_ERRORS, InstantiationException) as err:
+        cause = user_error(err)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
         sys.exit(2)
 
 

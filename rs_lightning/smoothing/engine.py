@@ -174,11 +174,12 @@ def prepare(model, spec: CertificationSpec) -> BaseClassifier:
     ``channels_last`` and compiles it for ``compile``. A prepared classifier must match ``spec``.
     """
     if isinstance(model, BaseClassifier):
-        if (model.precision, model.channels_last) != (spec.precision, spec.channels_last):
+        mine = (model.precision, model.channels_last, model.compile)
+        if mine != (spec.precision, spec.channels_last, spec.compile):
             raise ValueError(
-                f"the prepared classifier runs precision={model.precision}, "
-                f"channels_last={model.channels_last} but the spec asks for precision={spec.precision}, "
-                f"channels_last={spec.channels_last}"
+                f"the prepared classifier runs precision={model.precision}, channels_last="
+                f"{model.channels_last}, compile={model.compile} but the spec asks for precision="
+                f"{spec.precision}, channels_last={spec.channels_last}, compile={spec.compile}"
             )
         return model.eval()
     return as_base_classifier(

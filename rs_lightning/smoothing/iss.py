@@ -6,8 +6,11 @@ Clopper–Pearson bound at the *expected* count k·p), the sample size for a tru
     ψ(p) = min{k ∈ {g, 2g, …, K} : R(k, p) ≥ t(p)},   t(p) = R(K, p) − c (AD)  or  (1 − c)·R(K, p) (RD),
 
 ψ(p) = 0 where t(p) ≤ 0 (abstain without sampling), K where no k qualifies; p runs over 0.500, 0.501, …, 1.
-A pilot's two-sided CP interval [p_low, p_up] on pA then gives k̂ = max ψ over the grid points that bracket
-it. ψ is a planning heuristic only: the guarantee comes from the estimation draws (see the engine).
+A pilot's two-sided CP interval [p_low, p_up] on pA then gives k̂ = max ψ over every grid point from the one
+below p_low to the one above p_up. The reference takes the max of ψ at the two brackets of each endpoint,
+which is the same where ψ is monotone (AD) or U-shaped (RD) on the interval; where it is not (RD with
+p_low < 0.5 reaching ψ's zero region) ours is larger, i.e. it never plans fewer draws. ψ is a planning
+heuristic only: the guarantee comes from the estimation draws (see the engine).
 """
 
 from __future__ import annotations

@@ -45,8 +45,9 @@ def check_precision_supported(precision: str, device: torch.device | str, key: s
 
 class BaseClassifier:
     """Callable ``f(x) -> logits`` (float32) around ``model``: autocast at ``precision``, inputs in
-    ``channels_last`` if asked (the model is then a converted copy; the caller's module is left as it is),
-    and optionally ``torch.compile``; a compilation failure falls back to eager mode with a warning.
+    ``channels_last`` if asked (the model is then a converted copy; the caller's module is left as it is;
+    :meth:`refresh` re-syncs the copy), and optionally ``torch.compile``; a failure of the first (compiling)
+    call falls back to eager mode with a warning.
     """
 
     def __init__(
@@ -56,17 +57,29 @@ class BaseClassifier:
         self.precision = str(precision)
         self.channels_last = bool(channels_last)
         self.autocast_dtype = AUTOCAST_DTYPES.get(self.precision)
+        self.compile = bool(compile)
         network = model
         if self.channels_last:
             network = copy.deepcopy(model).to(memory_format=torch.channels_last)
         self._eager: Callable = network
         self._forward: Callable = network
-        self._compiled = bool(compile)
+        self._compiled = self.compile
+        self._compile_checked = False
         if compile:
             try:
                 self._forward = torch.compile(network)
             except Exception as err:  # noqa: BLE001 (any backend failure: fall back)
                 self._fallback(err)
+
+    def refresh(self) -> BaseClassifier:
+        """Make the channels_last copy follow the wrapped module's current weights and device (for callers
+        that keep one classifier while the module changes, as ``Smooth`` does); no-op without a copy."""
+        if self._eager is not self.module:
+            source = next(iter(self.module.state_dict().values()), None)
+            if source is not None:
+                self._eager.to(source.device)
+            self._eager.load_state_dict(self.module.state_dict())
+        return self
 
     def _fallback(self, err: Exception) -> None:
         warnings.warn(
@@ -86,13 +99,15 @@ class BaseClassifier:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        try:
+        if not self._compiled or self._compile_checked:
             return self._run(self._forward, x)
-        except Exception as err:
-            if not self._compiled:
-                raise
+        try:  # the first call compiles: a failure there falls back to eager mode
+            out = self._run(self._forward, x)
+        except Exception as err:  # noqa: BLE001 (any backend failure: fall back)
             self._fallback(err)
             return self._run(self._forward, x)
+        self._compile_checked = True
+        return out
 
     def _run(self, forward: Callable, x: torch.Tensor) -> torch.Tensor:
         if self.autocast_dtype is None:

@@ -54,6 +54,7 @@ class Smooth:
     def _prepare(self, x: torch.Tensor, index: int | None) -> tuple[torch.Tensor, list[int]]:
         check_precision_supported(self._base_spec.precision, x.device)
         self.base_classifier.eval()
+        self._classifier.refresh()  # a channels_last copy follows the model's current weights and device
         return x.unsqueeze(0), [next(self._calls) if index is None else index]
 
     def _spec(self, **settings) -> CertificationSpec:

@@ -68,7 +68,8 @@ class IssSettings:
         decline: ``ad`` (radius at most ``max_decline`` below the full-budget radius, in [0,1]-pixel L2 units)
             or ``rd`` (at most the share ``max_decline`` of it).
         max_decline: the allowed decline c (paper: AD 0.05 / 0.1, RD 0.01 / 0.05).
-        k0: pilot draws; None → 0.01·n (the paper's setting; the authors' script uses 0.02·n).
+        k0: pilot draws; None → 0.01·n (the paper's setting as briefed, unverified; the authors' script
+            uses 0.02·n: methods-advanced.md §4.2).
         granularity: sample sizes are multiples of this; None → n / 500 (the authors' batch 200 at n = 1e5).
         reuse_pilot: add the pilot counts to the bound, as the reference implementation does. Its guarantee
             is not established (the sample size depends on the pilot); off by default.
@@ -190,7 +191,7 @@ class CertificationSpec:
         kwargs = {k: values[k] for k in names if k in values}
         if kwargs.get("iss") is not None:
             kwargs["iss"] = dict(kwargs["iss"])
-        if kwargs.get("sampling", "cohen") == "cohen":
+        if str(kwargs.get("sampling", "cohen")).lower() == "cohen":
             kwargs.pop("iss", None)
         try:
             return cls(**kwargs)

@@ -193,3 +193,27 @@ def test_callback_rejects_bad_precision_with_its_prefix():
 
     with pytest.raises(ConfigError, match=r"^callbacks\.certification\.precision='fp8'"):
         CertificationCallback(precision="fp8")
+
+
+def test_resume_on_another_dataset_is_refused(tmp_path):
+    """A folder's rows are of one dataset: resuming on another (here another digits split, so the same idx
+    would be another image) is refused, naming the data."""
+    constant = ["model=constant", "sigma=0.25", "n=50", "data=digits"]
+    certify(certify_config(tmp_path, "null", [*constant, "max=3"]))
+    with pytest.raises(ConfigError, match=r"data: .*'split_seed': 0.* there, .*'split_seed': 1.* now"):
+        certify(certify_config(tmp_path, "null", [*constant, "data.split_seed=1", "max=6"]))
+
+
+def test_radius_step_must_be_positive(tmp_path):
+    with pytest.raises(ConfigError, match=r"^radius_step=0 is invalid: radius_step must be > 0"):
+        certify(certify_config(tmp_path, tmp_path / "missing.ckpt", ["radius_step=0"]))
+
+
+def test_train_cli_reports_bad_callback_values_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "callbacks.certification.precision=fp8",
+         f"hydra.run.dir={tmp_path}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: callbacks.certification.precision='fp8'")

@@ -317,3 +317,29 @@ def test_bf16_is_refused_on_a_gpu_without_bf16_units(monkeypatch):
     check_precision_supported("16", "cuda:0")  # fp16 is fine there
     with pytest.raises(ConfigError, match=r"^precision='bf16' is invalid: precision must be 32 on mps"):
         check_precision_supported("bf16", "mps")
+
+
+def test_smooth_with_channels_last_follows_the_models_current_weights():
+    """Smooth keeps a reference to the model (Cohen's semantics): a converted channels_last copy must not
+    go stale when the weights change between calls (e.g. certifying while training)."""
+    model = nn.Sequential(nn.Conv2d(1, 2, 1), nn.Flatten(), nn.Linear(8, 2)).eval()
+    with torch.no_grad():
+        model[2].bias.copy_(torch.tensor([100.0, 0.0]))
+    smooth = Smooth(model, num_classes=2, sigma=0.1, channels_last=True)
+    x = torch.rand(1, 2, 2)
+    assert smooth.predict(x, n=50, alpha=0.001, batch_size=50) == 0
+    with torch.no_grad():
+        model[2].bias.copy_(torch.tensor([0.0, 100.0]))
+    assert smooth.predict(x, n=50, alpha=0.001, batch_size=50) == 1
+    assert next(model.parameters()).is_contiguous()  # the caller's module keeps its layout
+
+
+def test_a_prepared_classifier_must_match_the_specs_compile_key():
+    prepared = prepare(Halfspace(), spec())
+    with pytest.raises(ValueError, match="compile=False .*compile=True"):
+        certify_batch(prepared, torch.zeros(1, 1, 1, 2), [0], spec(compile=True), num_classes=2)
+
+
+def test_sampling_names_are_case_insensitive_and_iss_is_ignored_for_cohen():
+    spec = CertificationSpec.from_dict({"sigma": 0.5, "sampling": "Cohen", "iss": {"decline": "ad"}})
+    assert spec.sampling == "cohen" and spec.iss is None

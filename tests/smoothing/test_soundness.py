@@ -21,10 +21,18 @@ from stat_testing import (
     conditional_failure_probability,
     cp_lower,
     halfspace_inputs,
+    iss_boundary_certify_rate,
     miss_probability,
 )
 
-from rs_lightning.smoothing import ABSTAIN, CertificationSpec, IssSettings, certify_batch, predict_batch
+from rs_lightning.smoothing import (
+    ABSTAIN,
+    CertificationSpec,
+    IssSettings,
+    certify_batch,
+    iss_table,
+    predict_batch,
+)
 
 SIGMA, ALPHA, N0, N = 0.5, 0.05, 64, 1000
 SPREAD_INPUTS, BOUNDARY_INPUTS = 5000, 4000
@@ -152,9 +160,10 @@ ISS = IssSettings(decline="ad", max_decline=0.05 * SIGMA, k0=50, granularity=10)
 
 def test_iss_default_mode_is_sound_given_its_pilot():
     """ISS (default: fresh estimation draws) on 5,000 inputs: conditionally on each pilot's class and k̂,
-    failures follow the exact law of Binomial(k̂, p) counts. Catches: estimation draws that reuse the pilot
-    stream or include the pilot counts, and a CP bound computed with n instead of k̂. Tightness: the
-    certificates track the true radius, with k̂ below n on average."""
+    failures follow the exact law of Binomial(k̂, p) counts. Catches a CP bound told n instead of k̂ (far too
+    few failures; its miss probability is computed below from the same pilots). Pilot reuse barely moves
+    failures far from the boundary: the boundary test below is the one with power against it. Tightness:
+    the certificates track the true radius, with k̂ below n on average."""
     margins = iss_margins()
     result = certify(margins, sampling="iss", iss=ISS)
     assert ((result.n >= 0) & (result.n <= N)).all() and (result.samples == ISS.k0 + result.n).all()
@@ -162,6 +171,8 @@ def test_iss_default_mode_is_sound_given_its_pilot():
     low, high = acceptance_region(probabilities)
     count = int(failures(result, margins).sum())
     assert low <= count <= high, (low, count, high)
+    told_n = conditional_failure_probability(margins, SIGMA, result.selected, result.n, ALPHA, bound_n=N)
+    assert miss_probability(told_n, low, high) < MAX_MISS
     assert result.n.mean() < 0.75 * N
     certified = (result.predict != ABSTAIN) & (result.predict == (margins > 0))
     band = certified & (np.abs(margins) > SIGMA) & (np.abs(margins) < 2 * SIGMA)
@@ -170,10 +181,21 @@ def test_iss_default_mode_is_sound_given_its_pilot():
 
 def test_iss_at_the_boundary_default_is_sound_and_reusing_the_pilot_is_not():
     """4,000 inputs at margin 0 with a large pilot (k0 = n/2): the default mode certifies at the exact
-    conditional rate; ``reuse_pilot=true`` (the reference code: pilot counts of the class the pilot chose
-    added to the bound) certifies far more often than alpha allows — why it is not the default."""
+    conditional rate (~alpha); ``reuse_pilot=true`` (the reference code: pilot counts of the class the pilot
+    chose added to the bound) certifies far more often — why it is not the default. Catches, with the
+    computed miss probabilities < 1%: pilot counts added to the bound, and a pilot drawn from the
+    estimation stream (its draws then enter the bound too; both certify at ~2·alpha here)."""
     margins = np.zeros(BOUNDARY_INPUTS)
     iss = IssSettings(decline="rd", max_decline=0.05, k0=N // 2, granularity=10)
+    psi = iss_table(N, ALPHA, SIGMA, iss.decline, iss.max_decline, iss.granularity)
+    rate = iss_boundary_certify_rate(N, iss.k0, ALPHA, psi)
+    limits = binom.ppf(1e-6, BOUNDARY_INPUTS, rate), binom.ppf(1 - 1e-6, BOUNDARY_INPUTS, rate)
+    for bug in ("reuse", "prefix"):
+        bug_rate = iss_boundary_certify_rate(N, iss.k0, ALPHA, psi, bug)
+        miss = binom.cdf(limits[1], BOUNDARY_INPUTS, bug_rate) - binom.cdf(
+            limits[0] - 1, BOUNDARY_INPUTS, bug_rate
+        )
+        assert miss < MAX_MISS, bug
     result = certify(margins, sampling="iss", iss=iss)
     assert (result.n > 0).mean() > 0.9  # RD plans large samples near pA = 1/2: the test is not vacuous
     low, high = acceptance_region(
