@@ -50,10 +50,8 @@ MUTANTS = [
     (
         "select from estimation counts",
         "rs_lightning/smoothing/engine.py",
-        "        selected = counts0.argmax(dim=1)\n"
-        "        counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, spec.n)\n",
-        "        counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, spec.n)\n"
-        "        selected = counts.argmax(dim=1)\n",
+        "return counts0, counts0.argmax(dim=1), counts, n, n0, n0 + n",
+        "return counts0, counts.argmax(dim=1), counts, n, n0, n0 + n",
         "tests/smoothing/test_soundness.py::test_certify_at_the_decision_boundary_certifies_at_rate_alpha",
     ),
     (
@@ -73,8 +71,8 @@ MUTANTS = [
     (
         "iss default reuses pilot",
         "rs_lightning/smoothing/engine.py",
-        "        if iss.reuse_pilot:",
-        "        if True:",
+        "    if not iss.reuse_pilot:",
+        "    if False:",
         "tests/smoothing/test_soundness.py -k test_iss",
     ),
     (

@@ -206,6 +206,39 @@ def _pick(counts: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
     return counts.gather(1, selected[:, None]).squeeze(1)
 
 
+def _cohen_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
+    """Cohen's sampling: ``n0`` selection draws pick the class, ``n`` estimation draws count it."""
+    counts0 = _counts(model, xs, indices, spec, num_classes, Phase.SELECTION, spec.n0)
+    counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, spec.n)
+    n, n0 = np.full(xs.shape[0], spec.n, dtype=np.int64), np.full(xs.shape[0], spec.n0, dtype=np.int64)
+    return counts0, counts0.argmax(dim=1), counts, n, n0, n0 + n
+
+
+def _iss_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
+    """Input-specific sampling: the pilot (own stream) picks the class and k̂; k̂ fresh estimation draws
+    (``reuse_pilot``: k̂ - k0 more, with the pilot counts added, as the reference code does)."""
+    iss, k0 = spec.iss, spec.iss.k0
+    counts0 = _counts(model, xs, indices, spec, num_classes, Phase.PILOT, k0)
+    selected = counts0.argmax(dim=1)
+    psi = iss_table(spec.n, spec.alpha, spec.sigma, iss.decline, iss.max_decline, iss.granularity)
+    k_hat = pilot_sample_sizes(_pick(counts0, selected).cpu().numpy(), k0, psi, spec.alpha)
+    n0 = np.full(xs.shape[0], k0, dtype=np.int64)
+    if not iss.reuse_pilot:
+        counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, k_hat)
+        return counts0, selected, counts, k_hat.astype(np.int64), n0, n0 + k_hat
+    warnings.warn(
+        "iss.reuse_pilot=true adds the pilot counts to the Clopper-Pearson bound as the ISS reference code "
+        "does; the sample size depends on those counts, so the 1 - alpha guarantee is not established (use "
+        "the default iss.reuse_pilot=false for certificates)",
+        UnestablishedGuaranteeWarning,
+        stacklevel=3,
+    )
+    extra = np.where(k_hat > 0, np.maximum(k_hat - k0, 0), 0)
+    counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, extra)
+    counts = counts + counts0 * torch.as_tensor(k_hat > 0, device=counts.device)[:, None]
+    return counts0, selected, counts, np.where(k_hat > 0, np.maximum(k_hat, k0), 0), n0, n0 + extra
+
+
 def certify_batch(
     model, xs: torch.Tensor, indices: Sequence[int], spec: CertificationSpec, *, num_classes: int
 ) -> CertifyResult:
@@ -228,38 +261,8 @@ def certify_batch(
     sigma = spec.require_sigma()
     check_precision_supported(spec.precision, xs.device)
     model = prepare(model, spec)
-    groups = xs.shape[0]
-    if spec.sampling == "cohen":
-        counts0 = _counts(model, xs, indices, spec, num_classes, Phase.SELECTION, spec.n0)
-        selected = counts0.argmax(dim=1)
-        counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, spec.n)
-        n = np.full(groups, spec.n, dtype=np.int64)
-        n0 = np.full(groups, spec.n0, dtype=np.int64)
-        samples = n0 + n
-    else:
-        iss, k0 = spec.iss, spec.iss.k0
-        counts0 = _counts(model, xs, indices, spec, num_classes, Phase.PILOT, k0)
-        selected = counts0.argmax(dim=1)
-        psi = iss_table(spec.n, spec.alpha, sigma, iss.decline, iss.max_decline, iss.granularity)
-        k_hat = pilot_sample_sizes(_pick(counts0, selected).cpu().numpy(), k0, psi, spec.alpha)
-        n0 = np.full(groups, k0, dtype=np.int64)
-        if iss.reuse_pilot:
-            warnings.warn(
-                "iss.reuse_pilot=true adds the pilot counts to the Clopper-Pearson bound as the ISS "
-                "reference code does; the sample size depends on those counts, so the 1 - alpha guarantee "
-                "is not established (use the default iss.reuse_pilot=false for certificates)",
-                UnestablishedGuaranteeWarning,
-                stacklevel=2,
-            )
-            extra = np.where(k_hat > 0, np.maximum(k_hat - k0, 0), 0)
-            counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, extra)
-            counts = counts + counts0 * torch.as_tensor(k_hat > 0, device=counts.device)[:, None]
-            n = np.where(k_hat > 0, np.maximum(k_hat, k0), 0)
-            samples = n0 + extra
-        else:
-            counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, k_hat)
-            n = k_hat.astype(np.int64)
-            samples = n0 + n
+    draw = _cohen_draws if spec.sampling == "cohen" else _iss_draws
+    counts0, selected, counts, n, n0, samples = draw(model, xs, indices, spec, num_classes)
     n_a0, n_a = _pick(counts0, selected), _pick(counts, selected)
     selected, n_a0, n_a, counts = (t.cpu().numpy() for t in (selected, n_a0, n_a, counts))
     pa_lower = clopper_pearson_lower(n_a, n, spec.alpha)
