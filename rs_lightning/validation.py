@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class ConfigError(ValueError):
     """A configuration value outside its meaning. Raised before any work starts."""
@@ -12,6 +14,19 @@ class ConfigError(ValueError):
         super().__init__(message + (f". {hint}" if hint else ""))
 
 
+class MissingValueError(ConfigError):
+    """Mandatory configuration values (``???`` in a config file) that were not given."""
+
+    def __init__(self, keys: str | list[str]):
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        self.key, self.value, self.allowed = keys[0], "???", "given"
+        self.keys = keys
+        verb = "is" if len(keys) == 1 else "are"
+        ValueError.__init__(
+            self, f"{' and '.join(keys)} {verb} missing: set {' '.join(f'{k}=...' for k in keys)}"
+        )
+
+
 def _number(key: str, value):
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(key, value, "a number")
@@ -19,9 +34,9 @@ def _number(key: str, value):
 
 
 def require_positive(key: str, value) -> None:
-    """``value > 0``."""
-    if _number(key, value) <= 0:
-        raise ConfigError(key, value, "> 0")
+    """A finite ``value > 0`` (NaN and inf pass a bare ``> 0`` test, so they are refused explicitly)."""
+    if not (math.isfinite(_number(key, value)) and value > 0):
+        raise ConfigError(key, value, "> 0" if math.isfinite(value) else "a finite number > 0")
 
 
 def require_at_least(key: str, value, minimum: int) -> None:

@@ -1,5 +1,6 @@
 """Lightning callbacks."""
 
 from .certification import CertificationCallback
+from .interrupt import CheckpointOnInterrupt
 
-__all__ = ["CertificationCallback"]
+__all__ = ["CertificationCallback", "CheckpointOnInterrupt"]

@@ -41,7 +41,13 @@ from rs_lightning.smoothing.precision import check_precision_supported
 from rs_lightning.smoothing.spec import protocol_of
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
-from .common import checkpoint_datamodule, plain, resolve_device, tune_cpu_allocator
+from .common import (
+    checkpoint_datamodule,
+    plain,
+    require_writable_dir,
+    resolve_device,
+    tune_cpu_allocator,
+)
 
 IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model", "data", "device")
 """With the spec's protocol keys: what a resume must match (what the rows were certified of, and the
@@ -203,6 +209,7 @@ def certify(cfg: DictConfig) -> dict:
     """Certify (or, with ``mode=predict``, PREDICT) ``cfg.checkpoint``; returns the summary dict (also
     written to ``summary.json``)."""
     spec = validate_certify_config(cfg)
+    out = require_writable_dir(cfg.output_dir, "output_dir")
     device = resolve_device(cfg.device)
     check_precision_supported(spec.precision, device)
     if device.type == "cpu":
@@ -213,8 +220,6 @@ def certify(cfg: DictConfig) -> dict:
     dataset = datamodule.dataset(spec.split)
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
 
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     settings = spec.as_dict() | {
         "train_sigma": None if meta["sigma"] is None else float(meta["sigma"]),
         "sigma_overridden": meta["sigma"] is not None and sigma != float(meta["sigma"]),

@@ -6,29 +6,71 @@ import ctypes
 import os
 import platform
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from rs_lightning.analysis.results import ResultFileError
-from rs_lightning.data.base import DatasetNotFoundError
+from rs_lightning.data.base import DataFormatError, DatasetNotFoundError
+from rs_lightning.methods.base import NonFiniteLossError
 from rs_lightning.models.checkpoint import CheckpointError, safe_instantiate
 from rs_lightning.smoothing import NonFiniteLogitsError
-from rs_lightning.validation import ConfigError
+from rs_lightning.validation import ConfigError, MissingValueError
 
-USER_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, ResultFileError, NonFiniteLogitsError)
+USER_ERRORS = (
+    ConfigError,
+    CheckpointError,
+    DatasetNotFoundError,
+    DataFormatError,
+    ResultFileError,
+    NonFiniteLogitsError,
+    NonFiniteLossError,  # a diverged training run: named epoch, step, method; last good checkpoint kept
+)
+
+
+def missing_keys(cfg: DictConfig | ListConfig) -> list[str]:
+    """Full keys of the mandatory values (``???``) left unset in ``cfg``, without resolving interpolations."""
+    found: list[str] = []
+
+    def gather(node: DictConfig | ListConfig) -> None:
+        if node._is_none() or node._is_missing() or node._is_interpolation():
+            return
+        for key in range(len(node)) if isinstance(node, ListConfig) else node.keys():
+            child = node._get_node(key)
+            if child is None:
+                continue
+            if child._is_missing():
+                found.append(node._get_full_key(key))
+            elif isinstance(child, DictConfig | ListConfig):
+                gather(child)
+
+    gather(cfg)
+    return found
+
+
+def require_no_missing(cfg: DictConfig) -> None:
+    """Refuse a config with unset mandatory values (e.g. ``data=npz`` without ``data.path``), naming them."""
+    keys = missing_keys(cfg)
+    if keys:
+        raise MissingValueError(keys)
 
 
 def user_error(err: BaseException) -> BaseException | None:
     """The user error behind ``err``: itself, or the cause Hydra wrapped when instantiating a config node
-    (e.g. a callback rejecting ``callbacks.certification.n0=0``); None for anything else."""
+    (e.g. a callback rejecting ``callbacks.certification.n0=0``); an unset mandatory value (``???``)
+    becomes a :class:`MissingValueError` naming its full key; None for anything else."""
     while err is not None:
         if isinstance(err, USER_ERRORS):
             return err
+        if isinstance(err, MissingMandatoryValue):
+            return MissingValueError(err.full_key or "a mandatory value")
         if not isinstance(err, InstantiationException):
             return None
         err = err.__cause__
@@ -36,15 +78,81 @@ def user_error(err: BaseException) -> BaseException | None:
 
 
 def run_or_exit(function: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
-    """Run an entry point; a user error prints one line ``error: ...`` and exits with status 2."""
+    """Run an entry point; a user error (also an unset ``???`` value, checked first) prints one line
+    ``error: ...`` and exits with status 2."""
     try:
+        require_no_missing(cfg)
         return function(cfg)
-    except (*USER_ERRORS, InstantiationException) as err:
+    except (*USER_ERRORS, InstantiationException, MissingMandatoryValue) as err:
         cause = user_error(err)
         if cause is None:
             raise
         print(f"error: {cause}", file=sys.stderr)
         sys.exit(2)
+
+
+def require_writable_dir(path: str | os.PathLike, key: str, value: Any = None) -> Path:
+    """Create folder ``path`` if needed and check that a file can be written in it; returns it.
+
+    A ConfigError names ``key`` (and ``value``, default ``path``: e.g. the configured file whose folder this
+    is) when ``path`` is an existing file, lies under one, or cannot be created or written (read-only or
+    virtual file system, no permission). Call it before any work, so a long run cannot fail at its end.
+    """
+    path = Path(path)
+    value = str(path) if value is None else str(value)
+    hint = f"choose another {key}=... in a folder you can write to"
+    if path.exists() and not path.is_dir():
+        raise ConfigError(key, value, "a writable folder", f"{path} is an existing file; {hint}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".write_test_", dir=path)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ConfigError(
+            key, value, "a writable folder", f"{path} cannot be created or written ({reason}); {hint}"
+        ) from err
+    return path
+
+
+def _requested_gpus(devices: Any) -> int | None:
+    """How many GPUs Lightning's ``devices`` asks for (None: all available), as the highest index + 1 when it
+    lists device indices."""
+    if isinstance(devices, ListConfig | list | tuple):
+        return max((int(d) for d in devices), default=-1) + 1
+    text = str(devices).strip()
+    if text in ("auto", "-1"):
+        return None
+    if "," in text:
+        return max((int(d) for d in text.split(",") if d.strip()), default=-1) + 1
+    return int(text)
+
+
+def check_trainer_config(cfg_trainer: DictConfig) -> None:
+    """Refuse a GPU trainer (``trainer=ddp``/``gpu``: accelerator gpu or cuda) on a machine without enough
+    CUDA GPUs, pointing to ``trainer=ddp_sim`` (DDP on 2 CPU processes) or ``trainer=cpu``."""
+    accelerator = str(cfg_trainer.get("accelerator", "auto")).lower()
+    if accelerator not in ("gpu", "cuda"):
+        return
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    fix = "Use trainer=ddp_sim (DDP on 2 CPU processes) or trainer=cpu"
+    if available == 0:
+        raise ConfigError(
+            "trainer.accelerator", accelerator, "cpu or auto here, since no CUDA GPU is available", fix
+        )
+    devices = cfg_trainer.get("devices", "auto")
+    try:
+        wanted = _requested_gpus(devices)
+    except (TypeError, ValueError):
+        return  # Lightning names the malformed value itself
+    if wanted is not None and wanted > available:
+        raise ConfigError(
+            "trainer.devices",
+            devices if isinstance(devices, int | str) else list(devices),
+            f"at most {available} (or -1 for all), the CUDA GPUs here",
+            f"Set trainer.devices={available}, or {fix[0].lower()}{fix[1:]}",
+        )
 
 
 def plain(cfg: DictConfig | None) -> Any:

@@ -28,7 +28,7 @@ from rs_lightning.smoothing.noise import Phase
 from rs_lightning.validation import ConfigError, require_at_least
 
 from .certify import resolve_sigma
-from .common import checkpoint_datamodule, resolve_device, tune_cpu_allocator
+from .common import checkpoint_datamodule, require_writable_dir, resolve_device, tune_cpu_allocator
 
 
 def _output(cfg: DictConfig) -> Path:
@@ -62,6 +62,7 @@ def soft_labels(cfg: DictConfig) -> dict:
     require_at_least("batch_size", cfg.batch_size, 1)
     require_at_least("num_workers", cfg.num_workers, 0)
     output = _output(cfg)
+    require_writable_dir(output.parent, "output", value=output)
     device = resolve_device(cfg.device)
     if device.type == "cpu":
         tune_cpu_allocator()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -12,10 +13,16 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig
 
 from rs_lightning import __version__
+from rs_lightning.loggers import ResumableCSVLogger, trained_batches
 from rs_lightning.models import build_classifier
-from rs_lightning.validation import require_at_least, require_positive
+from rs_lightning.models.checkpoint import CHECKPOINT_KEY, check_training_checkpoint
+from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
-from .common import plain, tune_cpu_allocator
+from .common import check_trainer_config, plain, require_writable_dir, tune_cpu_allocator
+
+RESUME_MUST_MATCH = ("sigma", "seed", "method", "model", "data", "optim")
+"""Settings a resumed run must share with its checkpoint (except the keys in ``RESUME_MAY_CHANGE``)."""
+RESUME_MAY_CHANGE = ("optim.max_epochs", "data.num_workers", "data.val_batch_size", "data.root", "data.path")
 
 
 def validate_train_config(cfg: DictConfig) -> None:
@@ -23,6 +30,64 @@ def validate_train_config(cfg: DictConfig) -> None:
     require_positive("sigma", cfg.sigma)
     require_at_least("data.batch_size", cfg.data.batch_size, 1)
     require_at_least("optim.max_epochs", cfg.optim.max_epochs, 1)
+
+
+def resume_checkpoint(cfg: DictConfig) -> tuple[str | None, dict | None]:
+    """``(path, checkpoint)`` to resume from, or ``(None, None)`` for a new run.
+
+    ``ckpt_path=last`` means ``<paths.output_dir>/checkpoints/last.ckpt``, and a new run when there is none
+    yet (so a requeued job can always pass it). A new run into a folder that already holds a checkpoint is
+    refused: it would overwrite it and mix the logs.
+    """
+    output_dir = Path(cfg.paths.output_dir)
+    last = output_dir / "checkpoints" / "last.ckpt"
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path in (None, ""):
+        if last.exists():
+            raise ConfigError(
+                "paths.output_dir", str(output_dir), "a folder without a training run",
+                f"it holds {last}: resume it with ckpt_path=last, or choose another folder",
+            )  # fmt: skip
+        return None, None
+    if ckpt_path == "last":
+        if not last.exists():
+            print(f"ckpt_path=last: no checkpoint in {last.parent} yet, starting a new run")
+            return None, None
+        ckpt_path = str(last)
+    checkpoint = check_training_checkpoint(ckpt_path)
+    if not checkpoint:  # Lightning's own names (hpc, best, registry): Lightning resolves them
+        return ckpt_path, None
+    check_resume_matches(cfg, checkpoint)
+    return ckpt_path, checkpoint
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def check_resume_matches(cfg: DictConfig, checkpoint: dict) -> None:
+    """Refuse to resume with another method, sigma, model, data, recipe or seed than the checkpoint's."""
+    meta = checkpoint[CHECKPOINT_KEY]
+    saved = _flat({key: meta.get(key) for key in RESUME_MUST_MATCH})
+    now = _flat(
+        {key: plain(cfg[key]) if isinstance(cfg[key], DictConfig) else cfg[key] for key in RESUME_MUST_MATCH}
+    )
+    differ = [
+        key for key in sorted(set(saved) | set(now))
+        if saved.get(key) != now.get(key) and not key.startswith(RESUME_MAY_CHANGE)
+    ]  # fmt: skip
+    if differ:
+        shown = "; ".join(f"{k}: checkpoint {saved.get(k)!r}, now {now.get(k)!r}" for k in differ[:4])
+        raise ConfigError(
+            "ckpt_path", cfg.ckpt_path, "a checkpoint of the same run",
+            f"it was trained with other settings ({shown}{' …' if len(differ) > 4 else ''}); resume with "
+            "the checkpoint's settings or start a new run in another folder",
+        )  # fmt: skip
 
 
 def checkpoint_metadata(cfg: DictConfig, datamodule) -> dict:
@@ -49,6 +114,9 @@ def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> 
     ``extra_callbacks`` are added to the configured ones (for programmatic use, e.g. benchmarks).
     """
     validate_train_config(cfg)
+    require_writable_dir(cfg.paths.output_dir, "paths.output_dir")
+    check_trainer_config(cfg.trainer)
+    ckpt_path, resumed = resume_checkpoint(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     if not torch.cuda.is_available():
         tune_cpu_allocator()
@@ -63,18 +131,22 @@ def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> 
         optimizer=instantiate(cfg.optim.optimizer),
         scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.get("scheduler") else None,
         noise_seed=cfg.seed,
+        on_nonfinite_loss=cfg.get("on_nonfinite_loss", "stop"),
     )
     method.metadata = checkpoint_metadata(cfg, datamodule)  # not via instantiate: it holds _target_ strings
     datamodule.train_with_index = method.needs_sample_index
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks += extra_callbacks or []
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    loggers = build_loggers(cfg, resumed)
+    wandb_ids = [logger.version for logger in loggers if isinstance(logger, WandbLogger)]
+    if wandb_ids:
+        method.metadata["wandb_run_id"] = wandb_ids[0]
     if not loggers:  # nothing to report learning rates to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(plain(cfg))
-    trainer.fit(method, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path)
     for logger in loggers:  # W&B keeps its run open after fit: close it so a next run in this process is new
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             logger.experiment.finish()
@@ -83,3 +155,26 @@ def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> 
     if trainer.is_global_zero:
         print(f"checkpoint: {checkpoint}")
     return {"checkpoint": checkpoint, "metrics": metrics, "output_dir": str(Path(cfg.paths.output_dir))}
+
+
+def build_loggers(cfg: DictConfig, resumed: dict | None) -> list:
+    """The configured loggers; when resuming, the CSV logger keeps the rows logged before the checkpoint
+    and W&B continues the checkpoint's run id (a new run gets a fresh id, stored in its checkpoints)."""
+    loggers = []
+    for node in (cfg.get("logger") or {}).values():
+        if node is None:
+            continue
+        target = str(node.get("_target_", ""))
+        kwargs = {}
+        if target.endswith(ResumableCSVLogger.__name__) and resumed is not None:
+            kwargs["keep_steps_below"] = trained_batches(resumed)
+        if target.endswith(WandbLogger.__name__) and not node.get("id"):
+            previous = (resumed or {}).get(CHECKPOINT_KEY, {}).get("wandb_run_id")
+            kwargs.update(id=previous or new_wandb_id(), resume="allow")
+        loggers.append(instantiate(node, **kwargs))
+    return loggers
+
+
+def new_wandb_id() -> str:
+    """A fresh W&B run id (8 lowercase hex digits, W&B's own format)."""
+    return uuid.uuid4().hex[:8]

@@ -1,7 +1,7 @@
 """LightningDataModules yielding (x in [0,1] float32 CHW, int label); normalization lives in the model."""
 
 from rs_lightning.data.arrays import ArrayDataset, read_idx
-from rs_lightning.data.base import SPLITS, DatasetNotFoundError, RSDataModule
+from rs_lightning.data.base import SPLITS, DataFormatError, DatasetNotFoundError, RSDataModule
 from rs_lightning.data.cifar10 import CIFAR10DataModule
 from rs_lightning.data.digits import DigitsDataModule
 from rs_lightning.data.imagenet import ImageNetDataModule
@@ -12,6 +12,7 @@ __all__ = [
     "SPLITS",
     "ArrayDataset",
     "CIFAR10DataModule",
+    "DataFormatError",
     "DatasetNotFoundError",
     "DigitsDataModule",
     "FashionMNISTDataModule",

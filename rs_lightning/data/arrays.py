@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 from torchvision import transforms
+
+from rs_lightning.data.base import DataFormatError
 
 IDX_UINT8 = 0x08
 
@@ -68,14 +71,21 @@ def crop_flip(height: int, width: int, padding: int = 4) -> transforms.Compose:
 def read_idx(path: str | Path) -> np.ndarray:
     """Read a uint8 IDX file (LeCun's MNIST format, optionally gzipped) into a writable array."""
     path = Path(path)
+    fix = "replace it with an intact copy of the dataset file"
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        buf = bytearray(f.read())
+    try:
+        with opener(path, "rb") as f:
+            buf = bytearray(f.read())
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:  # truncated or not gzip at all
+        raise DataFormatError(f"{path}: damaged gzip file ({err}); {fix}") from err
     if len(buf) < 4 or buf[0] != 0 or buf[1] != 0 or buf[2] != IDX_UINT8:
-        raise ValueError(f"{path}: not a uint8 IDX file (magic bytes {bytes(buf[:4]).hex()})")
+        raise DataFormatError(f"{path}: not a uint8 IDX file (magic bytes {bytes(buf[:4]).hex()}); {fix}")
     ndim = buf[3]
     dims = tuple(int.from_bytes(buf[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim))
     offset = 4 + 4 * ndim
     if len(buf) - offset != int(np.prod(dims)):
-        raise ValueError(f"{path}: header says shape {dims} but holds {len(buf) - offset} bytes")
+        raise DataFormatError(
+            f"{path}: header says shape {dims} but holds {max(len(buf) - offset, 0)} bytes of data "
+            f"(truncated?); {fix}"
+        )
     return np.frombuffer(buf, dtype=np.uint8, offset=offset).reshape(dims)

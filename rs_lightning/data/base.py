@@ -13,6 +13,8 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from rs_lightning.validation import ConfigError
+
 SPLITS = ("train", "test")
 
 
@@ -32,6 +34,11 @@ class IndexedDataset(Dataset):
 
 class DatasetNotFoundError(FileNotFoundError):
     """The data is not on disk; the message names the paths searched and how to get the data."""
+
+
+class DataFormatError(ValueError):
+    """A data file whose content is unusable (wrong arrays, dtype, shape, labels); the message names the
+    file, the array and the fix."""
 
 
 class RSDataModule(pl.LightningDataModule):
@@ -64,10 +71,12 @@ class RSDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         self.normalize = bool(normalize)
-        if int(batch_size) < 1 or (val_batch_size is not None and int(val_batch_size) < 1):
-            raise ValueError(f"batch sizes must be >= 1, got batch_size={batch_size}, val={val_batch_size}")
+        if int(batch_size) < 1:
+            raise ConfigError("data.batch_size", batch_size, "an integer >= 1")
+        if val_batch_size is not None and int(val_batch_size) < 1:
+            raise ConfigError("data.val_batch_size", val_batch_size, "an integer >= 1 or null")
         if int(num_workers) < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+            raise ConfigError("data.num_workers", num_workers, "an integer >= 0")
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
         self.val_batch_size = int(val_batch_size) if val_batch_size is not None else self.batch_size

@@ -13,7 +13,7 @@ from typing import Any
 from torch.utils.data import Dataset
 from torchvision import datasets, transforms
 
-from rs_lightning.data.base import DatasetNotFoundError, RSDataModule
+from rs_lightning.data.base import DataFormatError, DatasetNotFoundError, RSDataModule
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -70,9 +70,10 @@ class ImageNetDataModule(RSDataModule):
                 ),
             )
             if train.classes != test.classes:
-                raise ValueError(
-                    f"imagenet: train/ has {len(train.classes)} classes and val/ {len(test.classes)}, "
-                    "or their names differ; labels would not match"
+                raise DataFormatError(
+                    f"imagenet: {Path(self.root) / 'train'} has {len(train.classes)} class folders and "
+                    f"{Path(self.root) / 'val'} {len(test.classes)}, or their names differ, so labels "
+                    "would not match: give train/ and val/ the same class subfolders"
                 )
             out["train"] = train
         self.class_names = list(test.classes)

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 from torchvision import datasets
 
 from rs_lightning.data.arrays import ArrayDataset, read_idx
-from rs_lightning.data.base import DatasetNotFoundError, RSDataModule
+from rs_lightning.data.base import DataFormatError, DatasetNotFoundError, RSDataModule
 
 IDX_FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
@@ -106,10 +106,25 @@ class FashionMNISTDataModule(MNISTDataModule):
         if not all((folder / f).is_file() for pair in IDX_FILES.values() for f in pair):
             return None
         self.source = str(folder)
-        return {
-            s: ArrayDataset(read_idx(folder / img)[:, None], read_idx(folder / lab))
-            for s, (img, lab) in IDX_FILES.items()
-        }
+        out = {}
+        for split, (image_file, label_file) in IDX_FILES.items():
+            images, labels = read_idx(folder / image_file), read_idx(folder / label_file)
+            problem = None
+            if images.ndim != 3 or images.shape[1:] != (28, 28):
+                problem = f"{folder / image_file} holds shape {images.shape}, not (N, 28, 28) images"
+            elif labels.ndim != 1 or len(labels) != len(images):
+                problem = (
+                    f"{folder / label_file} holds {labels.shape}, not one label per image ({len(images)})"
+                )
+            elif labels.size and labels.max() >= self.num_classes:
+                problem = f"{folder / label_file} has label {int(labels.max())}, not < {self.num_classes}"
+            if problem:
+                raise DataFormatError(
+                    f"{self.name}: {problem}; reinstall the files (`apt-get install --reinstall "
+                    "dataset-fashion-mnist`) or set data.debian_dir to an intact copy"
+                )
+            out[split] = ArrayDataset(images[:, None], labels)
+        return out
 
     def _load(self) -> dict[str, Dataset]:
         loaded = self._torchvision() or self._debian()

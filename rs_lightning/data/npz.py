@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,11 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from rs_lightning.data.arrays import ArrayDataset, crop_flip, to_nchw
-from rs_lightning.data.base import DatasetNotFoundError, RSDataModule
+from rs_lightning.data.base import DataFormatError, DatasetNotFoundError, RSDataModule
+from rs_lightning.validation import ConfigError
 
 KEYS = ("x_train", "y_train", "x_test", "y_test")
+SAVE_HINT = "write it with numpy.savez(path, x_train=..., y_train=..., x_test=..., y_test=...)"
 
 
 def _floats(values: Sequence[float] | None, key: str, channels: int) -> tuple[float, ...] | None:
@@ -21,8 +24,57 @@ def _floats(values: Sequence[float] | None, key: str, channels: int) -> tuple[fl
         return None
     out = tuple(float(v) for v in values)
     if len(out) != channels:
-        raise ValueError(f"data.{key} needs {channels} values (one per channel), got {list(out)}")
+        raise ConfigError(f"data.{key}", list(out), f"{channels} value(s), one per image channel")
     return out
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def _image_problem(name: str, x: np.ndarray) -> str | None:
+    """What is wrong with image array ``name`` and how to fix it, or None."""
+    if x.dtype != np.uint8:
+        if np.issubdtype(x.dtype, np.floating):
+            bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+            nan = f" with {bad} NaN/inf value(s) (replace them first)" if bad else ""
+            return (
+                f"{name} must be uint8 (0..255), got {x.dtype}{nan}: "
+                "save (x * 255).round().astype(numpy.uint8) if its values are in [0, 1]"
+            )
+        if np.issubdtype(x.dtype, np.integer) and (x.size == 0 or (x.min() >= 0 and x.max() <= 255)):
+            return f"{name} must be uint8 (0..255), got {x.dtype}: save x.astype(numpy.uint8)"
+        return f"{name} must be uint8 (0..255), got {x.dtype}: rescale it to 0..255 and save it as uint8"
+    if x.ndim == 2:
+        side = math.isqrt(x.shape[1])
+        rgb = math.isqrt(x.shape[1] // 3)
+        if side * side == x.shape[1]:
+            fix = f"x.reshape(-1, {side}, {side})"
+        elif 3 * rgb * rgb == x.shape[1]:
+            fix = f"x.reshape(-1, {rgb}, {rgb}, 3) (if the values are stored HWC)"
+        else:
+            fix = "x.reshape(N, H, W) or x.reshape(N, H, W, C)"
+        return f"{name} must be images (N, H, W) or (N, H, W, C), got flat vectors {x.shape}: save {fix}"
+    if x.ndim not in (3, 4):
+        return f"{name} must be images (N, H, W) or (N, H, W, C), got shape {x.shape}"
+    if x.ndim == 4 and x.shape[1] in (1, 3) and x.shape[3] not in (1, 3, 4):
+        return (
+            f"{name} looks channels-first {x.shape}; images must be (N, H, W, C): "
+            "save x.transpose(0, 2, 3, 1)"
+        )
+    return None
+
+
+def _label_problem(name: str, y: np.ndarray) -> str | None:
+    """What is wrong with label array ``name`` and how to fix it, or None."""
+    if y.ndim == 2 and y.shape[1] > 1:
+        return f"{name} must be 1-D integer labels, got shape {y.shape} (one-hot?): save y.argmax(1)"
+    if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1:
+        fix = "save y.astype(numpy.int64)" if np.issubdtype(y.dtype, np.number) else "store class indices"
+        return f"{name} must be a 1-D integer array, got {y.dtype} {y.shape}: {fix}"
+    if y.size and y.min() < 0:
+        return f"{name} has negative labels (min {int(y.min())}): labels must be class indices 0..K-1"
+    return None
 
 
 class NpzDataModule(RSDataModule):
@@ -54,7 +106,8 @@ class NpzDataModule(RSDataModule):
     ) -> None:
         super().__init__(**kwargs)
         if (mean is None) != (std is None):
-            raise ValueError(f"data.mean and data.std: give both or neither, got mean={mean}, std={std}")
+            given, other = ("data.mean", "data.std") if std is None else ("data.std", "data.mean")
+            raise ConfigError(other, None, f"given together with {given}", "Give both or neither")
         self.path = str(path)
         self._mean_arg, self._std_arg = mean, std
         self.augment = bool(augment)
@@ -69,33 +122,53 @@ class NpzDataModule(RSDataModule):
                 f"{', '.join(KEYS)}."
             )
         self.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-        with np.load(path, allow_pickle=False) as f:
+        try:
+            archive = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:  # not a zip / .npy, or a pickle
+            raise DataFormatError(
+                f"npz: {path} is not a numpy .npz archive ({_first_line(err)}); {SAVE_HINT}"
+            ) from err
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise DataFormatError(f"npz: {path} holds a single array, not an .npz archive; {SAVE_HINT}")
+        with archive as f:
             missing = [k for k in KEYS if k not in f.files]
             if missing:
-                raise ValueError(f"npz: {path} lacks key(s) {missing}; it has {f.files}, needs {list(KEYS)}")
-            arrays = {k: f[k] for k in KEYS}
-            if "class_names" in f.files:
-                arrays["class_names"] = f["class_names"]
+                raise DataFormatError(
+                    f"npz: {path} lacks array(s) {', '.join(missing)} "
+                    f"(it has {', '.join(f.files) or 'none'}); {SAVE_HINT}"
+                )
+            arrays = {}
+            for key in (*KEYS, "class_names"):
+                if key not in f.files:
+                    continue
+                try:
+                    arrays[key] = f[key]
+                except (OSError, ValueError, EOFError) as err:  # object arrays, truncated members
+                    raise DataFormatError(
+                        f"npz: array {key} in {path} is unreadable ({_first_line(err)}); save it as a plain "
+                        "numeric (or, for class_names, string) array"
+                    ) from err
         return arrays
 
-    @staticmethod
-    def _check(arrays: dict[str, np.ndarray]) -> None:
+    def _check(self, arrays: dict[str, np.ndarray]) -> None:
         for split in ("train", "test"):
             x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-            if x.dtype != np.uint8:
-                raise ValueError(f"npz: x_{split} must be uint8 (0..255), got {x.dtype}")
-            if x.ndim not in (3, 4):
-                raise ValueError(f"npz: x_{split} must be (N, H, W) or (N, H, W, C), got shape {x.shape}")
-            if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1:
-                raise ValueError(f"npz: y_{split} must be a 1-D integer array, got {y.dtype} {y.shape}")
-            if len(y) != len(x):
-                raise ValueError(f"npz: y_{split} has {len(y)} labels but x_{split} has {len(x)} images")
-            if y.size and y.min() < 0:
-                raise ValueError(f"npz: y_{split} has negative labels")
+            problem = _image_problem(f"x_{split}", x) or _label_problem(f"y_{split}", y)
+            if problem is None and len(y) != len(x):
+                problem = (
+                    f"y_{split} has {len(y)} labels but x_{split} has {len(x)} images: one label per image"
+                )
+            if problem:
+                raise DataFormatError(f"npz: {self.path}: {problem}")
         if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
-            raise ValueError(
-                f"npz: x_train images have shape {arrays['x_train'].shape[1:]}, "
-                f"x_test images {arrays['x_test'].shape[1:]}"
+            raise DataFormatError(
+                f"npz: {self.path}: x_train images have shape {arrays['x_train'].shape[1:]} but x_test "
+                f"images {arrays['x_test'].shape[1:]}: save both splits at one image size"
+            )
+        names = arrays.get("class_names")
+        if names is not None and names.ndim != 1:
+            raise DataFormatError(
+                f"npz: {self.path}: class_names must be a 1-D array of names, got shape {names.shape}"
             )
 
     def _load(self) -> dict[str, Dataset]:
@@ -107,11 +180,16 @@ class NpzDataModule(RSDataModule):
         self.mean, self.std = _floats(self._mean_arg, "mean", c), _floats(self._std_arg, "std", c)
         y_train, y_test = arrays["y_train"].astype(np.int64), arrays["y_test"].astype(np.int64)
         num_labels = int(max(y_train.max(initial=0), y_test.max(initial=0))) + 1
-        names = self._names_arg
+        names, source = self._names_arg, "data.class_names"
         if names is None and "class_names" in arrays:
-            names = [str(n) for n in arrays["class_names"]]
+            names, source = [str(n) for n in arrays["class_names"]], f"the class_names array of {self.path}"
         if names is not None and len(names) < num_labels:
-            raise ValueError(f"npz: {len(names)} class_names but labels go up to {num_labels - 1}")
+            split = "y_train" if y_train.max(initial=0) >= len(names) else "y_test"
+            raise DataFormatError(
+                f"npz: {self.path}: {split} has labels up to {num_labels - 1}, but {source} names only "
+                f"{len(names)} classes (labels must be < {len(names)}): give one name per class or fix the "
+                "labels"
+            )
         self.class_names = names if names is not None else [str(i) for i in range(num_labels)]
         self.num_classes = len(self.class_names)
         transform = crop_flip(h, w) if self.augment else None

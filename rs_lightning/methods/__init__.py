@@ -1,7 +1,7 @@
 """Training methods: one LightningModule per method on :class:`SmoothingMethod` (select with ``method=``)."""
 
 from .acr_gaming import ACRGaming
-from .base import CHECKPOINT_KEY, SmoothingMethod
+from .base import CHECKPOINT_KEY, NonFiniteLossError, NonFiniteWeightsError, SmoothingMethod
 from .catrs import CATRS
 from .consistency import Consistency
 from .gaussian import GaussianAugmentation
@@ -14,6 +14,8 @@ __all__ = [
     "CATRS",
     "CHECKPOINT_KEY",
     "MACER",
+    "NonFiniteLossError",
+    "NonFiniteWeightsError",
     "Consistency",
     "GaussianAugmentation",
     "SmoothAdv",

@@ -10,10 +10,18 @@ chunk is one optimizer step. ``num_chunks = 1`` (Gaussian, MACER) is one step pe
 SmoothAdv's multi-noise training, Consistency, SmoothMix and CAT-RS set it to their number of noise draws
 m, so one step sees B/m distinct images × m noises (methods-advanced.md §0 "m-chunking"). The LR
 scheduler steps once per epoch, after it.
+
+**Faults.** A non-finite loss stops training with :class:`NonFiniteLossError` (epoch, step, method, last
+finite loss) before the optimizer step, or with ``on_nonfinite_loss="skip"`` skips that step (also when a
+gradient is non-finite) and counts it (``train/skipped_steps``). A checkpoint is never written from
+non-finite weights. **Resume.** Checkpoints carry the training-noise generator and the global RNG states
+(Python, NumPy, torch CPU and CUDA, which drive data order and augmentation); the noise state is applied
+when the generator is created on the module's device, i.e. after Lightning moved the module there.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -21,11 +29,22 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torchmetrics import MeanMetric
 
 from rs_lightning.models.checkpoint import CHECKPOINT_KEY
-from rs_lightning.validation import require_at_least, require_positive
+from rs_lightning.validation import ConfigError, require_at_least, require_positive
+
+NONFINITE_POLICIES = ("stop", "skip")
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a non-finite loss (or weights); raised before anything non-finite is saved."""
+
+
+class NonFiniteWeightsError(NonFiniteLossError):
+    """Non-finite weights: the checkpoint is not written, so ``last.ckpt`` keeps the last good ones."""
 
 
 class SmoothingMethod(pl.LightningModule):
@@ -40,6 +59,8 @@ class SmoothingMethod(pl.LightningModule):
         metadata: what certification needs (sigma, model/data config, normalization, classes), saved in
             every checkpoint under ``"rs_lightning"``.
         num_chunks: optimizer steps per loader batch (see the module docstring).
+        on_nonfinite_loss: ``"stop"`` (raise :class:`NonFiniteLossError`) or ``"skip"`` (drop the step and
+            count it) when a loss, or under ``"skip"`` a gradient, is NaN or infinite.
     """
 
     needs_sample_index: bool = False
@@ -54,10 +75,16 @@ class SmoothingMethod(pl.LightningModule):
         noise_seed: int = 0,
         metadata: dict | None = None,
         num_chunks: int = 1,
+        on_nonfinite_loss: str = "stop",
     ) -> None:
         super().__init__()
         require_positive("sigma", sigma)
         require_at_least("num_chunks", num_chunks, 1)
+        if on_nonfinite_loss not in NONFINITE_POLICIES:
+            raise ConfigError("on_nonfinite_loss", on_nonfinite_loss, " or ".join(NONFINITE_POLICIES))
+        self.on_nonfinite_loss = on_nonfinite_loss
+        self.skipped_steps = 0
+        self.last_finite_loss: float | None = None
         self.automatic_optimization = False
         self.num_chunks = int(num_chunks)
         self.model = model
@@ -70,6 +97,7 @@ class SmoothingMethod(pl.LightningModule):
         self.val_loss = MeanMetric()
         self._train_generator: torch.Generator | None = None
         self._val_generator: torch.Generator | None = None
+        self._restored_noise_state: torch.Tensor | None = None
 
     # ----------------------------------------------------------------- noise
     def _generator(self, stream: int) -> torch.Generator:
@@ -81,6 +109,18 @@ class SmoothingMethod(pl.LightningModule):
         """Training-noise generator of this rank (created on the module's device, restored on resume)."""
         if self._train_generator is None or self._train_generator.device != self.device:
             self._train_generator = self._generator(0)
+            if self._restored_noise_state is not None:  # resume: the state saved on this device type
+                try:
+                    self._train_generator.set_state(self._restored_noise_state)
+                except RuntimeError:  # saved by another device type's generator (CPU vs CUDA)
+                    rank_zero_warn(
+                        "the checkpoint's training-noise state comes from another device type than "
+                        f"{self.device.type}: the noise continues from a fresh stream seeded by (seed, rank, "
+                        f"epoch {self.current_epoch}), so this resume is not bit-identical to an "
+                        "uninterrupted run"
+                    )
+                    self._train_generator = self._generator(1000 + self.current_epoch)
+                self._restored_noise_state = None
         return self._train_generator
 
     def gaussian_noise(self, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -130,14 +170,46 @@ class SmoothingMethod(pl.LightningModule):
         for chunk in self.chunks(batch):
             loss = self.training_loss(*chunk)
             optimizer.zero_grad()
+            if not self._finite_or_skip(loss):
+                continue
             self.manual_backward(loss)
+            if self.on_nonfinite_loss == "skip" and not self._gradients_finite():
+                self._skip(optimizer)
+                continue
             optimizer.step()
             losses.append(loss.detach())
+        if self.on_nonfinite_loss == "skip":
+            self.log("train/skipped_steps", float(self.skipped_steps), on_epoch=True, reduce_fx="max")
         if not losses:
             return None
         loss = torch.stack(losses).mean()
+        self.last_finite_loss = float(loss)
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch[0]))
         return loss
+
+    def _finite_or_skip(self, loss: torch.Tensor) -> bool:
+        """True for a finite loss; else stop (raise) or count a skipped step (``on_nonfinite_loss``)."""
+        if bool(torch.isfinite(loss.detach()).all()):
+            return True
+        if self.on_nonfinite_loss == "skip":
+            self._skip(self.optimizers())
+            return False
+        name = self.metadata.get("method", {}).get("_target_", type(self).__name__).rpartition(".")[2]
+        last = "none yet" if self.last_finite_loss is None else f"{self.last_finite_loss:.6g}"
+        raise NonFiniteLossError(
+            f"training loss is {float(loss.detach().float().mean())} at epoch {self.current_epoch}, step "
+            f"{self.global_step} (method {name}, sigma {self.sigma}); last finite loss {last}. Nothing was "
+            "saved from this state: checkpoints/last.ckpt holds the last good epoch. Lower the learning rate "
+            "(optim.optimizer.lr), or pass on_nonfinite_loss=skip to skip such steps"
+        )
+
+    def _gradients_finite(self) -> bool:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        return not grads or bool(torch.stack([g.isfinite().all() for g in grads]).all())
+
+    def _skip(self, optimizer) -> None:
+        optimizer.zero_grad()
+        self.skipped_steps += 1
 
     def on_train_epoch_end(self) -> None:
         scheduler = self.lr_schedulers()
@@ -167,10 +239,50 @@ class SmoothingMethod(pl.LightningModule):
 
     # ----------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        bad = [name for name, p in self.named_parameters() if not bool(p.detach().isfinite().all())]
+        if bad:
+            raise NonFiniteWeightsError(
+                f"weights {', '.join(bad[:3])}{' …' if len(bad) > 3 else ''} are non-finite at epoch "
+                f"{self.current_epoch}, step {self.global_step}: not writing a checkpoint (the previous one "
+                "stays). Lower the learning rate (optim.optimizer.lr)"
+            )
         checkpoint[CHECKPOINT_KEY] = {**self.metadata, "sigma": self.sigma}
         checkpoint["rs_lightning_noise_state"] = self.noise_generator.get_state()
+        checkpoint["rs_lightning_rng_states"] = global_rng_states()
+        checkpoint["rs_lightning_skipped_steps"] = self.skipped_steps
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("rs_lightning_noise_state")
-        if state is not None:
-            self.noise_generator.set_state(state.cpu() if self.device.type == "cpu" else state)
+        if state is not None:  # applied when the generator is (re)created on the module's device
+            self._restored_noise_state = state.cpu()
+            self._train_generator = None
+        if checkpoint.get("rs_lightning_rng_states") is not None:
+            set_global_rng_states(checkpoint["rs_lightning_rng_states"])
+        self.skipped_steps = int(checkpoint.get("rs_lightning_skipped_steps", 0))
+
+
+def global_rng_states() -> dict:
+    """Python, NumPy, torch CPU (and CUDA) RNG states as tensors and plain values, so that a checkpoint
+    holding them still loads with ``torch.load(weights_only=True)``."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss = random.getstate()
+    states = {
+        "python": [version, torch.tensor(internal, dtype=torch.int64), gauss],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_global_rng_states(states: dict) -> None:
+    """Inverse of :func:`global_rng_states` (CUDA states only when as many devices are visible)."""
+    version, internal, gauss = states["python"]
+    random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss))
+    kind, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(states["torch"])
+    cuda = states.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,12 @@ from .normalize import build_classifier
 
 CHECKPOINT_KEY = "rs_lightning"
 """Key of the metadata dict (sigma, model/data config, normalization, classes) in every checkpoint."""
+
+
+CERTIFY_EXAMPLE = "the .ckpt that train.py wrote (e.g. outputs/train/<date>/<time>/checkpoints/last.ckpt)"
+RESUME_EXAMPLE = (
+    "the last.ckpt of the train.py run to resume (outputs/train/<date>/<time>/checkpoints/last.ckpt)"
+)
 
 
 class CheckpointError(ValueError):
@@ -46,28 +53,88 @@ def safe_instantiate(config: dict[str, Any], allowed_prefixes: tuple[str, ...], 
     return factory(**config, **kwargs)
 
 
+def _refusal(err: BaseException) -> str:
+    """One line out of the unpickler's multi-line refusal: the object it would not build."""
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    return f"it would have to build {found.group(1)}" if found else _first_line(err)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+def _load_weights_only(path: Path, key: str, map_location: str | torch.device, example: str) -> Any:
+    """``torch.load(path, weights_only=True)``; every failure is a one-line CheckpointError naming ``key``."""
+    if not path.is_file():
+        raise CheckpointError(f"{key}={str(path)!r} does not exist; pass {example}")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(
+            f"{key}={str(path)!r} holds objects other than tensors and plain containers ({_refusal(err)}); "
+            "weights_only=True refuses to unpickle them, because a checkpoint from the internet must not run "
+            f"code: pass {example}"
+        ) from err
+    except Exception as err:  # the unpickler raises many types on files that are not checkpoints
+        raise CheckpointError(
+            f"{key}={str(path)!r}: {path} is not a PyTorch checkpoint ({_first_line(err)}); pass {example}"
+        ) from err
+
+
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     """Load a checkpoint dict with ``weights_only=True`` and check it carries rs-lightning metadata."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(
-            f"checkpoint={str(path)!r} does not exist; pass the .ckpt that train.py wrote "
-            "(e.g. outputs/train/<date>/<time>/checkpoints/last.ckpt)"
-        )
-    try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise CheckpointError(
-            f"{path} holds objects other than tensors and plain containers; weights_only=True refuses to "
-            f"unpickle them, because a checkpoint from the internet must not run code ({err})"
-        ) from err
-    except Exception as err:  # the unpickler raises many types on files that are not checkpoints
-        raise CheckpointError(f"{path} is not a PyTorch checkpoint ({err})") from err
+    checkpoint = _load_weights_only(path, "checkpoint", map_location, CERTIFY_EXAMPLE)
     if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint or "state_dict" not in checkpoint:
         raise CheckpointError(
             f"{path} is a PyTorch file but not an rs-lightning checkpoint (no {CHECKPOINT_KEY!r} metadata); "
             "train with train.py, which records sigma, architecture and normalization"
         )
+    return checkpoint
+
+
+LIGHTNING_SPECIAL_PATHS = ("last", "best", "hpc")
+"""``ckpt_path`` values Lightning resolves itself (to a file found in the run's checkpoint folder)."""
+
+
+def check_training_checkpoint(
+    path: str | os.PathLike, key: str = "ckpt_path", expect: dict[str, Any] | None = None
+) -> dict:
+    """The checkpoint to resume training from, loaded with ``weights_only=True``; a CheckpointError (one line
+    naming ``key``) if it is missing, not a Lightning training checkpoint written by train.py (no
+    ``state_dict``/``rs_lightning`` metadata, or no ``optimizer_states``/``loops``: a weights-only save), or
+    holds objects the safe unpickler refuses (pickled code).
+
+    ``expect`` maps metadata keys (e.g. ``{"model": plain(cfg.model)}``) to the values this run configures;
+    a checkpoint recorded with other values is refused, since its weights or optimizer state would not fit.
+    Lightning's own names ``last``, ``best``, ``hpc`` and ``registry[:...]`` are not files: they are passed
+    through unchecked and ``{}`` is returned.
+    """
+    if str(path) in LIGHTNING_SPECIAL_PATHS or str(path) == "registry" or str(path).startswith("registry:"):
+        return {}
+    path = Path(path)
+    checkpoint = _load_weights_only(path, key, "cpu", RESUME_EXAMPLE)
+    if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint or "state_dict" not in checkpoint:
+        raise CheckpointError(
+            f"{key}={str(path)!r} is not a training checkpoint of rs-lightning (no {CHECKPOINT_KEY!r} "
+            f"metadata or 'state_dict'); pass {RESUME_EXAMPLE}"
+        )
+    lacking = [k for k in ("optimizer_states", "loops") if k not in checkpoint]
+    if lacking:
+        raise CheckpointError(
+            f"{key}={str(path)!r} holds weights but no optimizer or loop state (no {' or '.join(lacking)}: a "
+            f"weights-only save), so training cannot resume from it; pass {RESUME_EXAMPLE}, or drop {key} to "
+            "start a new run"
+        )
+    meta = checkpoint[CHECKPOINT_KEY]
+    for name, value in (expect or {}).items():
+        recorded = meta.get(name) if isinstance(meta, dict) else None
+        if recorded != value:
+            raise CheckpointError(
+                f"{key}={str(path)!r} was trained with {name}={recorded!r}, but this run configures "
+                f"{name}={value!r}; resume with the checkpoint's {name} or drop {key} to start a new run"
+            )
     return checkpoint
 
 

@@ -152,7 +152,7 @@ def test_npz_validation(tmp_path, change, match):
 
 def test_npz_mean_length_and_missing_file(tmp_path):
     _write_npz(tmp_path / "g.npz", (4, 4))
-    with pytest.raises(ValueError, match="data.mean needs 1 values"):
+    with pytest.raises(ValueError, match="data.mean must be 1 value"):
         NpzDataModule(str(tmp_path / "g.npz"), mean=[0.1, 0.2], std=[1, 1]).setup()
     with pytest.raises(DatasetNotFoundError, match="data.path="):
         NpzDataModule(str(tmp_path / "nope.npz")).setup()

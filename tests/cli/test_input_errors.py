@@ -1,0 +1,373 @@
+"""Bad input gives one line ``error: ...`` naming the value and the fix, exit status 2, no traceback:
+unset ``???`` values, unusable data files, unwritable output folders, GPU trainers without GPUs, resume
+checkpoints."""
+
+import gzip
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hydra.errors import InstantiationException
+from omegaconf import OmegaConf
+from rs_testing import REPO, compose_config
+
+from rs_lightning.cli.common import (
+    USER_ERRORS,
+    check_trainer_config,
+    missing_keys,
+    require_no_missing,
+    require_writable_dir,
+    run_or_exit,
+    user_error,
+)
+from rs_lightning.data import DataFormatError, NpzDataModule, read_idx
+from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointError, check_training_checkpoint
+from rs_lightning.validation import ConfigError, MissingValueError
+
+
+def run(script: str, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / script), *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith("error: ")
+    for needle in needles:
+        assert needle in lines[0]
+    return lines[0]
+
+
+# ---------------------------------------------------------------- entry points, as users run them
+
+
+def test_train_cli_without_npz_path(tmp_path):
+    line = assert_one_line_error(run("train.py", "data=npz", f"hydra.run.dir={tmp_path}"))
+    assert line == "error: data.path is missing: set data.path=..."
+
+
+def test_certify_cli_with_unwritable_output_dir(tmp_path):
+    done = run(
+        "certify.py",
+        "checkpoint=null",
+        "model=constant",
+        "data=digits",
+        "sigma=0.25",
+        "output_dir=/proc/forbidden",
+        f"hydra.run.dir={tmp_path}",
+    )
+    assert_one_line_error(done, "output_dir='/proc/forbidden'", "writable folder")
+
+
+# ---------------------------------------------------------------- 1. unset mandatory values (???)
+
+
+def test_missing_keys_are_found_without_resolving():
+    cfg = OmegaConf.create(
+        {"data": {"path": "???", "n": 1}, "items": [1, "???"], "link": "${data.path}", "none": None}
+    )
+    assert missing_keys(cfg) == ["data.path", "items[1]"]
+    with pytest.raises(
+        MissingValueError, match=r"^data.path and items\[1\] are missing: set data.path=\.\.\."
+    ):
+        require_no_missing(cfg)
+    assert missing_keys(compose_config("train")) == []
+    assert missing_keys(compose_config("train", ["data=npz"])) == ["data.path"]
+    assert missing_keys(compose_config("certify")) == ["checkpoint"]
+    assert missing_keys(compose_config("soft_labels", ["checkpoint=x.ckpt"])) == []
+
+
+def test_missing_value_raised_during_work_is_a_user_error(capsys):
+    cfg = OmegaConf.create({"data": {"path": "???"}})
+    try:
+        cfg.data.path  # noqa: B018
+    except Exception as err:
+        raw = err
+    assert str(user_error(raw)) == "data.path is missing: set data.path=..."
+    wrapped = InstantiationException("while instantiating")
+    wrapped.__cause__ = raw
+    assert isinstance(user_error(wrapped), MissingValueError)
+
+    def work(_cfg):
+        return _cfg.data.path
+
+    with pytest.raises(SystemExit) as exited:
+        run_or_exit(work, OmegaConf.create({"data": {"path": "???"}}))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == "error: data.path is missing: set data.path=...\n"
+
+
+# ---------------------------------------------------------------- 2. data files with unusable content
+
+
+def _arrays(rng=None) -> dict:
+    rng = rng or np.random.default_rng(0)
+    return {
+        "x_train": rng.integers(0, 256, (12, 28, 28), dtype=np.uint8),
+        "y_train": np.arange(12) % 3,
+        "x_test": rng.integers(0, 256, (4, 28, 28), dtype=np.uint8),
+        "y_test": np.arange(4) % 3,
+    }
+
+
+def _drop(key):
+    return lambda a: {k: v for k, v in a.items() if k != key}
+
+
+def _nan(a):
+    x = a["x_train"].astype(np.float32) / 255
+    x[0, 0, 0] = np.nan
+    return {**a, "x_train": x}
+
+
+@pytest.mark.parametrize(
+    ("change", "array", "fix"),
+    [
+        (_drop("y_test"), "y_test", "numpy.savez("),
+        (lambda a: {**a, "x_train": a["x_train"] / 255.0}, "x_train must be uint8", ".astype(numpy.uint8)"),
+        (_nan, "x_train must be uint8", "1 NaN/inf"),
+        (lambda a: {**a, "y_test": -a["y_test"] - 1}, "y_test has negative labels", "0..K-1"),
+        (
+            lambda a: {**a, "class_names": np.array(["a", "b"])},
+            "y_train has labels up to 2",
+            "one name per class",
+        ),
+        (
+            lambda a: {**a, "x_train": a["x_train"].reshape(12, 784), "x_test": a["x_test"].reshape(4, 784)},
+            "x_train",
+            "x.reshape(-1, 28, 28)",
+        ),
+        (
+            lambda a: {**a, "y_train": a["y_train"][:-1]},
+            "y_train has 11 labels but x_train has 12",
+            "one label",
+        ),
+        (lambda a: {**a, "y_train": np.eye(3)[a["y_train"]]}, "y_train", "y.argmax(1)"),
+        (
+            lambda a: {**a, "x_train": np.zeros((12, 3, 32, 32), np.uint8)},
+            "x_train looks channels-first",
+            "x.transpose(0, 2, 3, 1)",
+        ),
+    ],
+)
+def test_npz_content_errors_name_file_array_and_fix(tmp_path, change, array, fix):
+    path = tmp_path / "bad.npz"
+    np.savez(path, **change(_arrays()))
+    with pytest.raises(DataFormatError) as err:
+        NpzDataModule(str(path)).setup()
+    message = str(err.value)
+    assert str(path) in message and array in message and fix in message, message
+    assert "\n" not in message
+
+
+def test_npz_files_that_are_not_archives(tmp_path):
+    (tmp_path / "text.npz").write_text("hello")
+    with pytest.raises(DataFormatError, match="is not a numpy .npz archive"):
+        NpzDataModule(str(tmp_path / "text.npz")).setup()
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    with pytest.raises(DataFormatError, match="single array"):
+        NpzDataModule(str(tmp_path / "one.npy")).setup()
+    np.savez(tmp_path / "objects.npz", **_arrays(), class_names=np.array(["a", 1, None], dtype=object))
+    with pytest.raises(DataFormatError, match="array class_names in .* is unreadable"):
+        NpzDataModule(str(tmp_path / "objects.npz")).setup()
+
+
+def test_npz_config_errors_name_the_key(tmp_path):
+    np.savez(tmp_path / "ok.npz", **_arrays())
+    with pytest.raises(ConfigError, match=r"^data.mean=\[0.1, 0.2\] is invalid: data.mean must be 1 value"):
+        NpzDataModule(str(tmp_path / "ok.npz"), mean=[0.1, 0.2], std=[1, 1]).setup()
+    with pytest.raises(ConfigError, match="data.std=None"):
+        NpzDataModule(str(tmp_path / "ok.npz"), mean=[0.1])
+
+
+def test_damaged_idx_files(tmp_path):
+    (tmp_path / "cut.gz").write_bytes(
+        gzip.compress(bytes([0, 0, 8, 1]) + (10).to_bytes(4, "big") + bytes(10))[:-6]
+    )
+    with pytest.raises(DataFormatError, match="cut.gz: damaged gzip file"):
+        read_idx(tmp_path / "cut.gz")
+    (tmp_path / "short").write_bytes(bytes([0, 0, 8, 1]) + (10).to_bytes(4, "big") + bytes(4))
+    with pytest.raises(DataFormatError, match="short: header says shape \\(10,\\) but holds 4 bytes"):
+        read_idx(tmp_path / "short")
+
+
+def test_data_errors_are_user_errors(capsys):
+    assert DataFormatError in USER_ERRORS and issubclass(DataFormatError, ValueError)
+
+    def work(_cfg):
+        raise DataFormatError("npz: f.npz: x_train must be uint8")
+
+    with pytest.raises(SystemExit) as exited:
+        run_or_exit(work, OmegaConf.create({}))
+    assert exited.value.code == 2 and capsys.readouterr().err == "error: npz: f.npz: x_train must be uint8\n"
+
+
+# ---------------------------------------------------------------- 3. output folders
+
+
+def test_require_writable_dir(tmp_path):
+    assert require_writable_dir(tmp_path / "a" / "b", "output_dir").is_dir()
+    assert not [p for p in (tmp_path / "a" / "b").iterdir()]  # the write probe is removed
+    with pytest.raises(
+        ConfigError, match=r"^paths.output_dir='/proc/forbidden' is invalid: .*writable folder"
+    ):
+        require_writable_dir("/proc/forbidden", "paths.output_dir")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is an existing file; choose another output_dir="):
+        require_writable_dir(tmp_path / "file", "output_dir")
+    with pytest.raises(ConfigError, match="cannot be created or written"):
+        require_writable_dir(tmp_path / "file" / "sub", "output_dir")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only folders")
+def test_require_writable_dir_read_only_folder(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        with pytest.raises(ConfigError, match="Permission denied"):
+            require_writable_dir(locked / "out", "output_dir")
+        with pytest.raises(ConfigError, match="Permission denied"):
+            require_writable_dir(locked, "output_dir")
+    finally:
+        locked.chmod(0o755)
+
+
+def test_certify_and_soft_labels_check_the_output_folder_before_loading(tmp_path):
+    from rs_lightning.cli.certify import certify
+    from rs_lightning.cli.soft_labels import soft_labels
+
+    missing = (
+        tmp_path / "missing.ckpt"
+    )  # loading it would raise CheckpointError: the folder check comes first
+    cfg = compose_config("certify", [f"checkpoint={missing}", "output_dir=/proc/forbidden", "device=cpu"])
+    with pytest.raises(ConfigError, match="^output_dir='/proc/forbidden'"):
+        certify(cfg)
+    (tmp_path / "file").write_text("x")
+    cfg = compose_config(
+        "soft_labels", [f"checkpoint={missing}", f"output={tmp_path}/file/p.npy", "device=cpu"]
+    )
+    with pytest.raises(ConfigError, match=f"^output='{tmp_path}/file/p.npy' is invalid"):
+        soft_labels(cfg)
+
+
+# ---------------------------------------------------------------- 4. GPU trainers without GPUs
+
+
+def test_gpu_trainer_without_gpus(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for name in ("ddp", "gpu"):
+        trainer = compose_config("train", [f"trainer={name}"]).trainer
+        with pytest.raises(ConfigError, match="trainer=ddp_sim .* or trainer=cpu") as err:
+            check_trainer_config(trainer)
+        assert str(err.value).startswith("trainer.accelerator='gpu' is invalid")
+    for name in ("default", "cpu", "ddp_sim"):
+        check_trainer_config(compose_config("train", [f"trainer={name}"]).trainer)
+
+
+def test_gpu_trainer_with_too_few_gpus(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for devices in (-1, "auto", 1, "1", [0], "0,"):
+        check_trainer_config(OmegaConf.create({"accelerator": "gpu", "devices": devices}))
+    for devices in (2, "2", [0, 1], "1,"):
+        with pytest.raises(ConfigError, match=r"^trainer.devices=.* must be at most 1 .*trainer=ddp_sim"):
+            check_trainer_config(OmegaConf.create({"accelerator": "cuda", "devices": devices}))
+
+
+# ---------------------------------------------------------------- 5. checkpoints to resume training from
+
+
+class Payload:
+    """A pickled object: loading it would run code from the file."""
+
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def _training_checkpoint(**extra) -> dict:
+    return {
+        "state_dict": {"model.w": torch.zeros(2)},
+        "optimizer_states": [{"state": {}, "param_groups": []}],
+        "loops": {"fit_loop": {}},
+        "epoch": 3,
+        CHECKPOINT_KEY: {"model": {"_target_": "rs_lightning.models.LeNet"}},
+        **extra,
+    }
+
+
+def test_resume_checkpoint_is_loaded_safely_and_checked(tmp_path, capsys):
+    good = tmp_path / "last.ckpt"
+    torch.save(_training_checkpoint(), good)
+    assert check_training_checkpoint(good)["epoch"] == 3
+    assert check_training_checkpoint(good, expect={"model": {"_target_": "rs_lightning.models.LeNet"}})
+    with pytest.raises(
+        CheckpointError, match="was trained with model=.*LeNet.*resume with the checkpoint's model"
+    ):
+        check_training_checkpoint(good, expect={"model": {"_target_": "rs_lightning.models.MLP"}})
+    for special in ("last", "best", "hpc", "registry:x"):
+        assert check_training_checkpoint(special) == {}
+
+    with pytest.raises(CheckpointError, match=r"^ckpt_path='.*nope.ckpt' does not exist; pass the last.ckpt"):
+        check_training_checkpoint(tmp_path / "nope.ckpt")
+    torch.save({"state_dict": {}}, tmp_path / "foreign.ckpt")
+    with pytest.raises(CheckpointError, match="not a training checkpoint of rs-lightning"):
+        check_training_checkpoint(tmp_path / "foreign.ckpt")
+    weights_only = _training_checkpoint()
+    del weights_only["optimizer_states"]
+    torch.save(weights_only, tmp_path / "weights.ckpt")
+    with pytest.raises(
+        CheckpointError, match="no optimizer or loop state \\(no optimizer_states: a weights-only save"
+    ):
+        check_training_checkpoint(tmp_path / "weights.ckpt")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(CheckpointError, match="is not a PyTorch checkpoint"):
+        check_training_checkpoint(tmp_path / "notes.txt")
+
+    torch.save(_training_checkpoint(evil=Payload()), tmp_path / "evil.ckpt")
+    with pytest.raises(
+        CheckpointError, match=r"would have to build print\); weights_only=True refuses"
+    ) as err:
+        check_training_checkpoint(tmp_path / "evil.ckpt")
+    assert "\n" not in str(err.value)
+    assert "must never run" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sigma", ["nan", "inf"])
+def test_train_refuses_non_finite_sigma_before_any_work(tmp_path, sigma):
+    """Catches: sigma=nan / inf passing a bare `> 0` check (exit 0 with NaN weights)."""
+    from rs_testing import train_config
+
+    from rs_lightning.cli.train import train
+
+    with pytest.raises(ConfigError, match=rf"^sigma={sigma} is invalid: sigma must be a finite number > 0"):
+        train(train_config(tmp_path, [f"sigma={sigma}"]))
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_train_wires_the_output_trainer_and_checkpoint_checks(tmp_path, monkeypatch):
+    """train.py calls the shared checks before any work: a GPU trainer without GPUs, an output folder
+    that is a file, a resume file that is not a training checkpoint."""
+    from rs_testing import train_config
+
+    from rs_lightning.cli.train import train
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="ddp_sim"):
+        train(train_config(tmp_path / "a", ["trainer=ddp"]))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"^paths.output_dir=.*existing file"):
+        train(train_config(tmp_path / "file"))
+    torch.save({"weights": torch.zeros(1)}, tmp_path / "foreign.ckpt")
+    with pytest.raises(CheckpointError, match=r"^ckpt_path=.*not a training checkpoint"):
+        train(train_config(tmp_path / "b", [f"ckpt_path={tmp_path / 'foreign.ckpt'}"]))

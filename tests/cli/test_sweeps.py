@@ -1,0 +1,61 @@
+"""Hydra multirun sweeps through the launcher plugins (issue 9 "Sweeps on a cluster")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from rs_testing import CONF, REPO
+
+
+def test_a_2x2_joblib_sweep_gives_4_runs_each_with_results_and_a_finished_wandb_run(tmp_path):
+    """Catches: jobs sharing one output folder (overwritten results), a W&B run left open by a job, and the
+    launcher plugin missing from the dependencies."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true"}
+    args = [
+        sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={tmp_path}", "sigma=0.25,0.5", "seed=0,1", "optim.max_epochs=1", "logger=wandb",
+        "~callbacks.certification", "trainer.enable_progress_bar=false",
+    ]  # fmt: skip
+    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert len(jobs) == 4
+    seen = set()
+    for job in jobs:
+        checkpoint = torch.load(job / "checkpoints" / "last.ckpt", weights_only=True)
+        meta = checkpoint["rs_lightning"]
+        seen.add((meta["sigma"], meta["seed"]))
+        assert (job / "csv" / "metrics.csv").stat().st_size > 0
+        run_id = meta["wandb_run_id"]
+        assert list((job / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
+        log = (job / "wandb" / "debug.log").read_text()
+        assert f"finishing run rs-lightning/{run_id}" in log and "got exitcode: 0" in log
+    assert seen == {(0.25, 0), (0.25, 1), (0.5, 0), (0.5, 1)}
+
+
+@pytest.mark.parametrize(
+    "launcher, target",
+    [
+        ("joblib", "JoblibLauncher"),
+        ("submitit_local", "LocalLauncher"),
+        ("submitit_slurm", "SlurmLauncher"),
+        ("slurm_ddp", "SlurmLauncher"),
+    ],
+)
+def test_the_launchers_compose(launcher, target):
+    """joblib / submitit_* come from the plugins; slurm_ddp is the project's multi-GPU preset (one task
+    per GPU, as Lightning's SLURM environment expects)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            config_name="train",
+            overrides=[f"hydra/launcher={launcher}", "trainer=ddp", "trainer.devices=4"],
+            return_hydra_config=True,
+        )
+    assert cfg.hydra.launcher._target_.endswith(target)
+    if launcher == "slurm_ddp":
+        assert cfg.hydra.launcher.tasks_per_node == 4 and cfg.hydra.launcher.gpus_per_node == 4

@@ -1,0 +1,231 @@
+"""Long training jobs: a checkpoint every epoch, exact resume, non-finite losses, interrupts, W&B resume.
+
+Issue 9 ("Faults"): each test names the defect it exists to catch.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from rs_testing import REPO, train_config
+
+from rs_lightning.cli.train import train
+from rs_lightning.methods import NonFiniteLossError, NonFiniteWeightsError
+from rs_lightning.validation import ConfigError
+
+QUIET = ["~callbacks.certification", "logger=csv"]
+
+
+def weights(path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+def assert_same_weights(a, b) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    differ = [k for k in wa if not torch.equal(wa[k], wb[k])]
+    assert not differ, f"{len(differ)} tensors differ, e.g. {differ[:3]}"
+
+
+def metric_rows(run_dir) -> list[dict]:
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class FilesAtEpochStart(pl.Callback):
+    def __init__(self, folder):
+        self.folder, self.seen = folder, {}
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.seen[trainer.current_epoch] = sorted(os.listdir(self.folder)) if self.folder.is_dir() else []
+
+
+def test_last_checkpoint_is_written_after_every_epoch(tmp_path):
+    """Catches: last.ckpt only at the end of training (save_top_k=0 + save_last), so a job killed in its
+    last epoch had nothing to resume from."""
+    probe = FilesAtEpochStart(tmp_path / "checkpoints")
+    train(train_config(tmp_path, ["optim.max_epochs=3", *QUIET]), extra_callbacks=[probe])
+    assert probe.seen[0] == []
+    assert "last.ckpt" in probe.seen[1] and "last.ckpt" in probe.seen[2]
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3 * 23
+
+
+@pytest.mark.parametrize("method", ["gaussian", "acr_gaming"])
+def test_one_epoch_plus_resume_equals_two_epochs_bit_for_bit(tmp_path, method):
+    """Catches: a resumed run drawing another data order (the global RNG that shuffles was not restored:
+    all weights then differ) or another training noise; and metrics.csv losing its earlier rows."""
+    common = [f"method={method}", *QUIET]
+    straight = train(train_config(tmp_path / "straight", ["optim.max_epochs=2", *common]))
+    train(train_config(tmp_path / "split", ["optim.max_epochs=1", *common]))
+    resumed = train(train_config(tmp_path / "split", ["optim.max_epochs=2", "ckpt_path=last", *common]))
+    assert_same_weights(straight["checkpoint"], resumed["checkpoint"])
+    a, b = (torch.load(p, weights_only=True) for p in (straight["checkpoint"], resumed["checkpoint"]))
+    assert a["global_step"] == b["global_step"] and torch.equal(
+        a["rs_lightning_noise_state"], b["rs_lightning_noise_state"]
+    )
+    rows_straight, rows_split = metric_rows(tmp_path / "straight"), metric_rows(tmp_path / "split")
+    assert [r["epoch"] for r in rows_split] == [r["epoch"] for r in rows_straight]
+    val = [r["val/acc_noisy"] for r in rows_split if r.get("val/acc_noisy")]
+    assert val == [r["val/acc_noisy"] for r in rows_straight if r.get("val/acc_noisy")] and len(val) == 2
+
+
+def test_resume_refuses_another_method_or_sigma_naming_the_difference(tmp_path):
+    """Catches: resuming with sigma=0.5 or another method silently accepted and then recorded in the
+    checkpoint, although most epochs ran with the old settings."""
+    train(train_config(tmp_path, ["optim.max_epochs=1", *QUIET]))
+    with pytest.raises(ConfigError, match=r"sigma: checkpoint 0.25, now 0.5"):
+        train(train_config(tmp_path, ["optim.max_epochs=2", "ckpt_path=last", "sigma=0.5", *QUIET]))
+    with pytest.raises(ConfigError, match=r"method\._target_: checkpoint .*GaussianAugmentation"):
+        train(train_config(tmp_path, ["optim.max_epochs=2", "ckpt_path=last", "method=consistency", *QUIET]))
+    with pytest.raises(ConfigError, match=r"^paths.output_dir=.*resume it with ckpt_path=last"):
+        train(train_config(tmp_path, ["optim.max_epochs=2", *QUIET]))  # a new run would overwrite it
+
+
+def test_ckpt_path_last_without_a_checkpoint_starts_a_new_run(tmp_path, capsys):
+    """A requeued job always passes ckpt_path=last; the first attempt has nothing to resume."""
+    result = train(train_config(tmp_path, ["optim.max_epochs=1", "ckpt_path=last", *QUIET]))
+    assert "starting a new run" in capsys.readouterr().out
+    assert torch.load(result["checkpoint"], weights_only=True)["global_step"] == 23
+
+
+class InjectNaN(pl.Callback):
+    """Makes the method's loss NaN from (epoch, batch) on."""
+
+    def __init__(self, epoch: int, batch: int):
+        self.epoch, self.batch = epoch, batch
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if (trainer.current_epoch, batch_idx) >= (self.epoch, self.batch) and not hasattr(pl_module, "_orig"):
+            pl_module._orig = pl_module.training_loss
+            pl_module.training_loss = lambda *a: pl_module._orig(*a) * float("nan")
+
+
+def test_nan_loss_stops_with_the_message_and_keeps_the_last_good_checkpoint(tmp_path):
+    """Catches: a NaN loss from step 9 on, the run exiting 0 and every weight in last.ckpt NaN."""
+    with pytest.raises(NonFiniteLossError) as err:
+        train(train_config(tmp_path, ["optim.max_epochs=3", *QUIET]), extra_callbacks=[InjectNaN(1, 5)])
+    message = str(err.value)
+    assert "training loss is nan at epoch 1, step 28" in message  # 23 steps per epoch on digits
+    assert "method GaussianAugmentation" in message and re.search(r"last finite loss \d+\.\d+", message)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["epoch"] == 0 and all(bool(t.isfinite().all()) for t in last["state_dict"].values())
+    assert_same_weights(tmp_path / "checkpoints" / "last.ckpt", tmp_path / "checkpoints" / "epoch000.ckpt")
+
+
+def test_skip_policy_counts_skipped_steps_and_keeps_training(tmp_path):
+    result = train(
+        train_config(tmp_path, ["optim.max_epochs=2", "on_nonfinite_loss=skip", *QUIET]),
+        extra_callbacks=[InjectNaN(1, 20)],  # the last 3 of epoch 1's 23 steps
+    )
+    checkpoint = torch.load(result["checkpoint"], weights_only=True)
+    assert checkpoint["rs_lightning_skipped_steps"] == 3
+    assert all(bool(t.isfinite().all()) for t in checkpoint["state_dict"].values())
+    assert result["metrics"]["train/skipped_steps"] == 3
+
+
+def test_a_checkpoint_is_never_written_from_non_finite_weights(tmp_path):
+    """Catches: a later checkpoint (every K steps, Ctrl-C) overwriting the last good one with NaN weights."""
+
+    class PoisonAtEpochEnd(pl.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            if trainer.current_epoch == 1:
+                with torch.no_grad():
+                    next(pl_module.parameters()).fill_(float("nan"))
+
+    with pytest.raises(NonFiniteWeightsError, match="are non-finite at epoch 1"):
+        train(train_config(tmp_path, ["optim.max_epochs=3", *QUIET]), extra_callbacks=[PoisonAtEpochEnd()])
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
+
+
+def test_noise_state_is_applied_on_the_device_the_module_is_on(tmp_path):
+    """Catches: the training-noise state set at load time (before Lightning moves the module to its device)
+    and then rebuilt from the seed on that device. Here the generator that exists at load time is dropped
+    and the saved state is applied when the generator is next created (on CPU: no GPU on this machine)."""
+    from rs_lightning.methods import GaussianAugmentation
+
+    make = lambda: GaussianAugmentation(torch.nn.Linear(2, 2), 0.25, torch.optim.SGD)  # noqa: E731
+    saved = make()
+    saved.noise_generator.manual_seed(123)
+    saved.gaussian_noise(torch.zeros(5))
+    state = saved.noise_generator.get_state()
+    restored = make()
+    _ = restored.noise_generator  # created before the checkpoint is loaded, as in Lightning
+    restored.on_load_checkpoint({"rs_lightning_noise_state": state})
+    assert restored._train_generator is None  # created anew on the module's device when first used
+    assert torch.equal(restored.gaussian_noise(torch.zeros(7)), saved.gaussian_noise(torch.zeros(7)))
+
+
+def test_wandb_resume_keeps_the_run_id_and_the_csv_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    common = ["~callbacks.certification", "logger=wandb", "logger.wandb.name=test"]
+    first = train(train_config(tmp_path, ["optim.max_epochs=1", *common]))
+    run_id = torch.load(first["checkpoint"], weights_only=True)["rs_lightning"]["wandb_run_id"]
+    train(train_config(tmp_path, ["optim.max_epochs=2", "ckpt_path=last", *common]))
+    runs = sorted(p.name for p in (tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs), runs
+    assert sum(1 for r in metric_rows(tmp_path) if r.get("val/acc_noisy")) == 2
+
+
+def _train_cli(run_dir, *overrides) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = [
+        sys.executable, str(REPO / "train.py"), f"hydra.run.dir={run_dir}", "~callbacks.certification",
+        "logger=csv", "trainer.enable_progress_bar=false", "data.batch_size=8", *overrides,
+    ]  # fmt: skip
+    with open(f"{run_dir}.log", "a") as log:  # a file, not a pipe: a full pipe would block the run
+        return subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(path, timeout=240.0) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """Catches: nothing to resume from after a hard kill, an epoch repeated or skipped on resume, or a
+    resumed run that differs from an uninterrupted one."""
+    straight = _train_cli(tmp_path / "straight", "optim.max_epochs=3")
+    assert straight.wait(timeout=600) == 0, Path(f"{tmp_path / 'straight'}.log").read_text()[-2000:]
+    job = _train_cli(tmp_path / "killed", "optim.max_epochs=3")
+    _wait_for(tmp_path / "killed" / "checkpoints" / "epoch000.ckpt")
+    time.sleep(0.5)  # into epoch 1 (180 steps of batch 8 per epoch)
+    job.send_signal(signal.SIGKILL)
+    job.wait(timeout=60)
+    assert torch.load(tmp_path / "killed" / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] < 2
+    resumed = _train_cli(tmp_path / "killed", "optim.max_epochs=3", "ckpt_path=last")
+    assert resumed.wait(timeout=600) == 0, "see the run's .log"
+    assert_same_weights(
+        tmp_path / "straight/checkpoints/last.ckpt", tmp_path / "killed/checkpoints/last.ckpt"
+    )
+    epochs = [r["epoch"] for r in metric_rows(tmp_path / "killed") if r.get("val/acc_noisy")]
+    assert epochs == ["0", "1", "2"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_writes_a_checkpoint_to_resume_from(tmp_path):
+    job = _train_cli(tmp_path, "optim.max_epochs=3")
+    _wait_for(tmp_path / "checkpoints" / "epoch000.ckpt")
+    time.sleep(0.5)
+    job.send_signal(signal.SIGINT)
+    assert job.wait(timeout=120) != 0
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    at_epoch_end = torch.load(tmp_path / "checkpoints" / "epoch000.ckpt", weights_only=True)
+    assert last["global_step"] > at_epoch_end["global_step"]  # the state at the interrupt, mid-epoch 1
+    resumed = _train_cli(tmp_path, "optim.max_epochs=3", "ckpt_path=last")
+    assert resumed.wait(timeout=600) == 0, "see the run's .log"
+    final = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["global_step"] == 3 * 180  # every step once: no epoch repeated or cut short
