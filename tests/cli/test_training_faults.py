@@ -229,3 +229,21 @@ def test_ctrl_c_writes_a_checkpoint_to_resume_from(tmp_path):
     assert resumed.wait(timeout=600) == 0, "see the run's .log"
     final = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert final["global_step"] == 3 * 180  # every step once: no epoch repeated or cut short
+
+
+def test_wandb_gets_the_full_resolved_config_and_the_configured_project(tmp_path, monkeypatch):
+    """The run config is the whole resolved Hydra config (not just the method's hyperparameters)."""
+    from lightning.pytorch.loggers import WandbLogger
+    from omegaconf import OmegaConf
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    logged = []
+    monkeypatch.setattr(WandbLogger, "log_hyperparams", lambda self, params: logged.append((self, params)))
+    overrides = ["optim.max_epochs=1", "~callbacks.certification", "logger=wandb", "logger.wandb.name=t",
+                 "logger.wandb.group=g1", "logger.wandb.tags=[a,b]"]  # fmt: skip
+    cfg = train_config(tmp_path, overrides)
+    train(cfg)
+    (logger, params), *_ = logged
+    assert params == OmegaConf.to_container(cfg, resolve=True)
+    assert logger._wandb_init["group"] == "g1" and list(logger._wandb_init["tags"]) == ["a", "b"]
