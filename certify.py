@@ -1,5 +1,7 @@
 """Certify a trained smoothed classifier (Cohen et al. 2019): ``python certify.py checkpoint=PATH``."""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
@@ -12,5 +14,20 @@ def main(cfg: DictConfig) -> None:
     run_or_exit(certify, cfg)
 
 
+def run_dir_follows_output_dir(argv: list[str]) -> list[str]:
+    """``output_dir=X`` without ``hydra.run.dir``: Hydra's run folder (``.hydra/``, the log) is X as well,
+    instead of a second folder under ``outputs/`` in the current directory."""
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("output_dir=")]
+    if (
+        given
+        and "-m" not in argv
+        and "--multirun" not in argv
+        and not any(a.startswith("hydra.run.dir=") for a in argv)
+    ):
+        return [*argv, f"hydra.run.dir={given[-1]}"]
+    return argv
+
+
 if __name__ == "__main__":
+    sys.argv = [sys.argv[0], *run_dir_follows_output_dir(sys.argv[1:])]
     main()

@@ -198,6 +198,14 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
         rows = {k: v[keep] for k, v in rows.items()}
     if rows["idx"].size == 0:
         raise ResultFileError(f"{tsv} holds no result rows")
+    values, counts = np.unique(rows["idx"], return_counts=True)
+    if (counts > 1).any():
+        raise ResultFileError(f"{tsv} holds idx {values[counts > 1][:8].tolist()} more than once")
+    if tsv.name == "certify.tsv" and list(tsv.parent.glob("certify.shard-*-of-*.tsv")):
+        raise ResultFileError(
+            f"{tsv.parent} holds unmerged shard files: finish the parts, or merge them with "
+            f"python -m rs_lightning.cli.report merge {tsv.parent}"
+        )
     if settings.get("sigma") is None and sigma is not None:
         settings = {**settings, "sigma": float(sigma)}
     return Run(path=path, rows=rows, settings=settings)

@@ -7,10 +7,19 @@ columns: ``idx label predict correct time n nA nB pvalue`` (top two counts and t
 p-value). The rows are built here, from engine results, for ``certify.py`` and the training callback alike.
 A rerun reads the rows already written, skips their indices, and redoes a last line that a killed process
 left incomplete.
+
+**Concurrent writers.** Each file has one writer at a time (an exclusive ``flock`` that the OS drops when the
+process dies, so a killed run never blocks its resume). A run folder is locked too: exclusively by an
+unsharded run, shared by ``shard=i/k`` runs, which write ``certify.shard-<i>-of-<k>.tsv`` each; the run that
+finds every index present merges the parts into ``certify.tsv`` (sorted by idx, written atomically). Rows
+do not depend on the process that made them (noise seeded per input), so the merged file equals a
+single-process run's except for the ``time`` column.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import warnings
 from pathlib import Path
@@ -150,7 +159,11 @@ def read_results(path: str | os.PathLike, required: tuple[str, ...] = REQUIRED) 
         row = _parse_line(line, header)
         if row is None:
             if lineno == len(lines):
-                continue  # an incomplete last row from a killed run: not a result
+                warnings.warn(
+                    f"{path}:{lineno}: ignoring an incomplete last row (a killed run's); it is not a result",
+                    stacklevel=2,
+                )
+                continue
             raise ResultFileError(f"{path}:{lineno} is malformed: {line!r}")
         rows.append(row)
     return {c: np.array([r[c] for r in rows]) for c in header}
@@ -163,8 +176,18 @@ class ResultWriter:
         self.path = Path(path)
         self.columns = columns
         self.done: set[int] = set()
-        self._recover()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._file.close()
+            raise ResultFileError(
+                f"{self.path} is being written by another running process (certify.py into the same "
+                "output_dir); wait for it, give each job its own part with shard=i/k, or use another "
+                "output_dir"
+            ) from None
+        self._recover()
         if self.path.stat().st_size == 0:
             self._file.write("\t".join(columns) + "\n")
             self._file.flush()
@@ -224,3 +247,125 @@ class ResultWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def write_json_atomic(path: str | os.PathLike, data) -> None:
+    """Write JSON to a temporary file and rename it over ``path``: readers never see a partial file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    """A JSON file written by certify.py; a ResultFileError (one line) if it is empty or corrupt."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ResultFileError(
+            f"{path} is unreadable ({err}); restore it or choose another output_dir"
+        ) from err
+
+
+class FolderLock:
+    """``flock`` on ``<folder>/.lock``: ``shared`` for shard runs, exclusive otherwise (see the module)."""
+
+    def __init__(self, folder: str | os.PathLike, shared: bool) -> None:
+        self.path = Path(folder) / ".lock"
+        self._file = self.path.open("a")
+        try:
+            fcntl.flock(self._file.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except OSError:
+            self._file.close()
+            raise ResultFileError(
+                f"output_dir={str(self.path.parent)!r} is in use by another running certify.py "
+                f"({'an unsharded run' if shared else 'a run'}); wait for it, run parts side by side with "
+                "shard=i/k, or use another output_dir"
+            ) from None
+
+    def release(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def shard_table(table: str | os.PathLike, shard: tuple[int, int]) -> Path:
+    """``certify.tsv`` → ``certify.shard-<i>-of-<k>.tsv`` (the file part i of k writes)."""
+    table = Path(table)
+    return table.with_name(f"{table.stem}.shard-{shard[0]}-of-{shard[1]}{table.suffix}")
+
+
+def part_tables(table: str | os.PathLike) -> list[Path]:
+    """The table and every shard file of it that exist: all the rows of a run folder."""
+    table = Path(table)
+    shards = sorted(table.parent.glob(f"{table.stem}.shard-*-of-*{table.suffix}"))
+    return ([table] if table.is_file() else []) + shards
+
+
+def _rows_by_idx(path: Path) -> tuple[str, dict[int, str]]:
+    """Header line and ``{idx: line}`` of a result file (an incomplete last line is skipped)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    header, complete = lines[0], lines[1:-1]  # the text after the last newline is an unfinished row
+    columns = header.split("\t")
+    rows: dict[int, str] = {}
+    for lineno, line in enumerate(complete, start=2):
+        row = _parse_line(line, columns)
+        if row is None:
+            if lineno - 1 == len(complete):
+                continue  # a killed writer's last line (as ResultWriter repairs it); certified again
+            raise ResultFileError(f"{path}:{lineno} is malformed: {line!r}")
+        if row["idx"] in rows:
+            raise ResultFileError(f"{path}:{lineno} repeats idx {row['idx']}")
+        rows[row["idx"]] = line
+    return header, rows
+
+
+def done_indices(table: str | os.PathLike) -> set[int]:
+    """Indices with a complete row in the table or any of its shard files."""
+    done: set[int] = set()
+    for path in part_tables(table):
+        if path.stat().st_size:
+            done |= set(_rows_by_idx(path)[1])
+    return done
+
+
+def merge_parts(table: str | os.PathLike, wanted: list[int]) -> list[int]:
+    """Merge the table and its shard files into ``table`` (sorted by idx, atomically; the shard files are
+    then removed) once together they hold every ``wanted`` index; returns the indices still missing (then
+    nothing is changed). Two parts holding one index are refused, naming the indices."""
+    table = Path(table)
+    with (table.parent / ".merge.lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # one merger at a time; released when the file closes
+        return _merge_locked(table, wanted)
+
+
+def _merge_locked(table: Path, wanted: list[int]) -> list[int]:
+    parts = [p for p in part_tables(table) if p.stat().st_size]
+    header, merged, owner, overlap = None, {}, {}, {}
+    for path in parts:
+        head, rows = _rows_by_idx(path)
+        if header is not None and head != header:
+            raise ResultFileError(f"{path} has the header {head!r}, other parts {header!r}")
+        header = head
+        for idx, line in rows.items():
+            if idx in merged:
+                overlap.setdefault((owner[idx].name, path.name), []).append(idx)
+            merged[idx], owner[idx] = line, path
+    if overlap:
+        detail = "; ".join(f"{a} and {b}: idx {sorted(v)[:8]}" for (a, b), v in overlap.items())
+        raise ResultFileError(f"parts of {table} overlap ({detail}); remove the duplicate rows of one part")
+    missing = sorted(set(wanted) - set(merged))
+    if missing or header is None or parts == [table]:
+        return missing
+    tmp = table.with_name(f".{table.name}.{os.getpid()}.tmp")
+    tmp.write_text(header + "\n" + "".join(merged[i] + "\n" for i in sorted(merged)), encoding="utf-8")
+    os.replace(tmp, table)
+    for path in parts:
+        if path != table:
+            path.unlink()
+    return []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +27,21 @@ from rs_lightning.analysis.results import (
     COLUMNS,
     PREDICT_COLUMNS,
     PREDICT_REQUIRED,
+    FolderLock,
     ResultFileError,
     ResultWriter,
     certify_rows,
+    done_indices,
     in_subset,
+    merge_parts,
+    part_tables,
     predict_rows,
+    read_json,
     read_results,
+    shard_table,
+    write_json_atomic,
 )
-from rs_lightning.data.subset import subset_indices
+from rs_lightning.data.subset import parse_shard, shard_of, subset_indices
 from rs_lightning.models.checkpoint import load_classifier
 from rs_lightning.models.normalize import build_classifier
 from rs_lightning.smoothing import CertificationSpec, run_dataset
@@ -42,12 +50,14 @@ from rs_lightning.smoothing.spec import protocol_of
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 from .common import (
+    check_trainer_config,
     checkpoint_datamodule,
     plain,
     require_writable_dir,
     resolve_device,
     tune_cpu_allocator,
 )
+from .distributed import RankCertification, certification_trainer, certify_on_ranks
 
 IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model", "data", "device")
 """With the spec's protocol keys: what a resume must match (what the rows were certified of, and the
@@ -117,14 +127,13 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
     return model, meta, checkpoint_datamodule(cfg, meta), resolve_sigma(cfg, meta["sigma"])
 
 
-def _check_resume(settings_path: Path, settings: dict) -> None:
-    """Refuse a folder whose rows were made under other statistical settings (named in the message)."""
+def _check_resume(settings_path: Path, settings: dict, table: Path) -> None:
+    """Refuse a folder whose rows were made under other statistical settings (named in the message): those
+    in its ``settings.json`` or, when that is missing, the per-row ``n``/``n0`` of the rows already there."""
     if not settings_path.exists():
+        _check_rows_match(table, CertificationSpec.from_dict(settings))
         return
-    try:
-        old = json.loads(settings_path.read_text())
-    except ValueError as err:
-        raise ResultFileError(f"{settings_path} is unreadable ({err}); choose another output_dir") from err
+    old = read_json(settings_path)
     settings = json.loads(json.dumps(settings))  # compare as stored (tuples become lists)
     before = protocol_of(old) | {k: old.get(k) for k in IDENTITY_KEYS}
     now = protocol_of(settings) | {k: settings.get(k) for k in IDENTITY_KEYS}
@@ -137,6 +146,32 @@ def _check_resume(settings_path: Path, settings: dict) -> None:
             "a folder certified with the same settings",
             f"It holds results for other settings ({detail}); choose another output_dir so no rows are mixed",
         )
+
+
+def _check_rows_match(table: Path, spec: CertificationSpec) -> None:
+    """Without ``settings.json``, the rows' own ``n``/``n0`` columns must fit this run's n and n0."""
+    for path in part_tables(table):
+        if not path.stat().st_size:
+            continue
+        required = ("idx", "n") if spec.mode == "predict" else ("idx", "n", "n0")
+        try:
+            rows = read_results(path, required)
+        except ResultFileError:
+            continue  # an old file without these columns: the writer checks its header
+        if spec.mode == "certify" and spec.sampling == "iss":
+            bad = rows["n"] > spec.n
+        elif spec.mode == "certify":
+            bad = (rows["n"] != spec.n) | (rows["n0"] != spec.n0)
+        else:
+            bad = rows["n"] != spec.n
+        if bad.any():
+            j = int(np.argmax(bad))
+            found = f"n={int(rows['n'][j])}" + (f", n0={int(rows['n0'][j])}" if "n0" in rows else "")
+            raise ConfigError(
+                "output_dir", str(table.parent), "a folder certified with the same settings",
+                f"{path.name} holds rows with {found} (idx {int(rows['idx'][j])}) and no settings.json; "
+                f"this run has n={spec.n}, n0={spec.n0}. Choose another output_dir so no rows are mixed",
+            )  # fmt: skip
 
 
 def format_summary(summary: dict) -> str:
@@ -180,6 +215,7 @@ def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
     require_at_least("skip", cfg.skip, 1)
     require_at_least("start", cfg.start, 0)
     require_positive("radius_step", cfg.radius_step)
+    parse_shard(cfg.get("shard"))
     if cfg.max is not None:
         require_at_least("max", cfg.max, cfg.start + 1)
     return spec
@@ -196,8 +232,26 @@ def tf32_settings(device: torch.device) -> dict | None:
     }
 
 
+def device_names(device: torch.device, world_size: int = 1) -> list[str]:
+    """One name per process that certifies: the GPU's, or the CPU model's."""
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        return [torch.cuda.get_device_name(r % count) for r in range(world_size)]
+    name = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return [f"cpu: {name}"] * world_size
+
+
 def throughput(rows: dict) -> dict:
-    """Time spent certifying the rows (their ``time`` column) and the rates it implies."""
+    """Time spent certifying the rows (their ``time`` column: device-seconds, summed over processes) and
+    the rates it implies per process; with several processes the run's wall rate is about that times
+    their number."""
     seconds = float(np.sum(rows["time"])) if rows["idx"].size else 0.0
     out = {"seconds": seconds, "inputs_per_s": rows["idx"].size / seconds if seconds > 0 else None}
     if "samples" in rows:
@@ -210,7 +264,17 @@ def certify(cfg: DictConfig) -> dict:
     written to ``summary.json``)."""
     spec = validate_certify_config(cfg)
     out = require_writable_dir(cfg.output_dir, "output_dir")
-    device = resolve_device(cfg.device)
+    distributed = cfg.get("trainer") is not None
+    if distributed:
+        if cfg.get("shard") is not None:
+            raise ConfigError(
+                "shard", cfg.shard, "null with trainer=", "the ranks split the inputs themselves"
+            )
+        check_trainer_config(cfg.trainer)
+        trainer = certification_trainer(cfg.trainer)  # ranks and devices; the model moves to them later
+        device = torch.device("cpu")
+    else:
+        device = resolve_device(cfg.device)
     check_precision_supported(spec.precision, device)
     if device.type == "cpu":
         tune_cpu_allocator()
@@ -223,43 +287,77 @@ def certify(cfg: DictConfig) -> dict:
     settings = spec.as_dict() | {
         "train_sigma": None if meta["sigma"] is None else float(meta["sigma"]),
         "sigma_overridden": meta["sigma"] is not None and sigma != float(meta["sigma"]),
-        "device": device.type,
-        "tf32": tf32_settings(device),
+        "device": trainer.strategy.root_device.type if distributed else device.type,
+        "tf32": tf32_settings(trainer.strategy.root_device if distributed else device),
         "subset": {"skip": cfg.skip, "start": cfg.start, "max": cfg.max, "num_inputs": len(indices)},
         "checkpoint": None if checkpoint is None else str(checkpoint.resolve()),
         "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),
         "model": meta["model"],
         "data": datamodule.describe(),
+        "radius_step": float(cfg.radius_step),
+        "devices": device_names(
+            trainer.strategy.root_device if distributed else device, trainer.world_size if distributed else 1
+        ),
     }
-    _check_resume(out / "settings.json", settings)
-    (out / "settings.json").write_text(json.dumps(settings, indent=2))
-
     certifying = spec.mode == "certify"
     table = out / ("certify.tsv" if certifying else "predict.tsv")
+    shard = parse_shard(cfg.get("shard"))
     make_rows = certify_rows if certifying else predict_rows
-    with ResultWriter(table, COLUMNS if certifying else PREDICT_COLUMNS) as writer:
-        todo = [i for i in indices if i not in writer.done]
-        progress = tqdm(
-            total=len(indices),
-            initial=len(indices) - len(todo),
-            unit="input",
-            desc=spec.mode,
-            dynamic_ncols=True,
-            mininterval=1.0,
+    columns = COLUMNS if certifying else PREDICT_COLUMNS
+    mine = shard_of(indices, shard)
+    with FolderLock(out, shared=shard is not None or distributed):
+        _check_resume(out / "settings.json", settings, table)
+        write_json_atomic(out / "settings.json", settings)
+        if distributed:
+            done = done_indices(table)
+            todo = [i for i in indices if i not in done]
+            module = RankCertification(
+                model, dataset, todo, spec, int(meta["num_classes"]), table, columns, make_rows
+            )
+            if not certify_on_ranks(trainer, module):
+                return {}  # another rank merges
+        else:
+            target = table if shard is None else shard_table(table, shard)
+            with ResultWriter(target, columns) as writer:
+                done = done_indices(table)
+                todo = [i for i in mine if i not in done]
+                progress = tqdm(
+                    total=len(mine),
+                    initial=len(mine) - len(todo),
+                    unit="input",
+                    desc=spec.mode + ("" if shard is None else f" {shard[0]}/{shard[1]}"),
+                    dynamic_ncols=True,
+                    mininterval=1.0,
+                )
+                for result, labels, seconds in run_dataset(
+                    model, dataset, todo, spec, num_classes=int(meta["num_classes"]), device=device
+                ):
+                    for row in make_rows(result, labels, seconds):
+                        writer.write(row)
+                    progress.update(len(labels))
+                progress.close()
+        missing = merge_parts(table, indices)
+    if missing:
+        print(
+            f"{spec.mode} part {shard[0]}/{shard[1]}: {len(mine)} inputs done; {len(missing)} of the run's "
+            f"{len(indices)} are in other parts still to finish (the last part to finish merges them into "
+            f"{table.name}, or run: python -m rs_lightning.cli.report merge {out})"
         )
-        for result, labels, seconds in run_dataset(
-            model, dataset, todo, spec, num_classes=int(meta["num_classes"]), device=device
-        ):
-            for row in make_rows(result, labels, seconds):
-                writer.write(row)
-            progress.update(len(labels))
-        progress.close()
+        return {"merged": False, "missing": len(missing), "num_inputs": len(indices)}
+    return finish_run(out, settings, cfg.radius_step)
 
+
+def finish_run(out: Path, settings: dict, radius_step: float = 0.25) -> dict:
+    """``summary.json`` and the plots of a complete run folder, from its table and ``settings.json``."""
+    spec = CertificationSpec.from_dict(settings)
+    sigma = spec.sigma
+    certifying = spec.mode == "certify"
+    table = out / ("certify.tsv" if certifying else "predict.tsv")
     rows = read_results(table) if certifying else read_results(table, PREDICT_REQUIRED)
     keep = in_subset(rows["idx"], settings["subset"])
     rows = {k: v[keep] for k, v in rows.items()}
     if certifying:
-        radii = radius_grid(sigma, spec.n, spec.alpha, cfg.radius_step)
+        radii = radius_grid(sigma, spec.n, spec.alpha, radius_step)
         summary = summarize(
             rows["radius"],
             rows["correct"],
@@ -271,9 +369,10 @@ def certify(cfg: DictConfig) -> dict:
         )
     else:
         summary = summarize_predictions(rows["predict"], rows["correct"])
-    summary["throughput"] = throughput(rows)
+    devices = settings.get("devices") or []
+    summary["throughput"] = throughput(rows) | {"devices": devices, "processes": len(devices) or 1}
     summary["settings"] = settings
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json_atomic(out / "summary.json", summary)
     if certifying:
         label = f"sigma={sigma:g}, n={spec.n}" + (" (ISS)" if spec.sampling == "iss" else "")
         save_figure(
@@ -285,4 +384,26 @@ def certify(cfg: DictConfig) -> dict:
         )
     print(format_summary(summary))
     print(f"results: {out}")
+    return summary
+
+
+def merge_run(out: str | Path, radius_step: float | None = None) -> dict:
+    """``report merge RUN_DIR``: merge a run folder's parts (``shard=i/k`` files) into its table and write
+    its summary and plots; a ResultFileError names the indices still missing or certified twice."""
+    out = Path(out)
+    if not (out / "settings.json").is_file():
+        raise ResultFileError(f"{out} has no settings.json: not a certify.py run folder")
+    settings = read_json(out / "settings.json")
+    subset = settings["subset"]
+    indices = [subset["start"] + subset["skip"] * j for j in range(subset["num_inputs"])]
+    table = out / ("certify.tsv" if settings.get("mode", "certify") == "certify" else "predict.tsv")
+    with FolderLock(out, shared=False):
+        missing = merge_parts(table, indices)
+    if missing:
+        raise ResultFileError(
+            f"{out}: {len(missing)} of {len(indices)} inputs are in no part yet (idx {missing[:10]}"
+            f"{' …' if len(missing) > 10 else ''}); certify the missing parts (shard=i/k) first"
+        )
+    summary = finish_run(out, settings, radius_step or settings.get("radius_step", 0.25))
+    print(format_summary(summary))
     return summary

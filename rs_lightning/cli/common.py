@@ -210,4 +210,12 @@ def checkpoint_datamodule(cfg: DictConfig, meta: dict):
             f"a dataset with {meta['num_classes']} classes like the checkpoint's, "
             f"not {datamodule.num_classes}",
         )
+    expected = meta.get("input_shape")
+    if expected is not None and list(datamodule.input_shape) != list(expected):
+        raise ConfigError(
+            "data",
+            datamodule.describe().get("name"),
+            f"a dataset of {tuple(expected)} inputs like the checkpoint's, "
+            f"not {tuple(datamodule.input_shape)}",
+        )
     return datamodule

@@ -43,7 +43,7 @@ from rs_lightning.analysis.compare import (
 )
 from rs_lightning.analysis.plots import pa_ecdf_figure, save_figure
 from rs_lightning.analysis.results import ResultFileError
-from rs_lightning.validation import ConfigError
+from rs_lightning.validation import ConfigError, require_positive
 
 DEFAULT_BUDGETS = (100, 1_000, 10_000, 100_000)
 OUTPUTS = ("report.md", "table.csv", "dominance.csv", "budget.csv", "budget_acr.png", "pa_ecdf_sigma*.png")
@@ -52,8 +52,11 @@ DOMINANCE_COLUMNS = ("sigma", "a", "b", "relation", "crossings", "acr_a", "acr_b
 
 def method_name(run: Run) -> str | None:
     """The training method's class name from the run's checkpoint metadata (read with weights_only=True);
-    the model's class for a checkpoint-free run (e.g. ConstantClassifier); None if unknown."""
+    "<format> (published)" for a published checkpoint (``checkpoint_format=``); the model's class for a
+    checkpoint-free run (e.g. ConstantClassifier); None if unknown."""
     checkpoint, model = run.settings.get("checkpoint"), run.settings.get("model")
+    if run.settings.get("checkpoint_format"):  # a published checkpoint: labelled by its repository's layout
+        return f"{run.settings['checkpoint_format']} (published)"
     if checkpoint is None:
         target = model.get("_target_") if isinstance(model, dict) else None
         return target.rsplit(".", 1)[-1] if target else None
@@ -435,11 +438,38 @@ def parse_args(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
     return command, parser.parse_args(argv[1:] if command == "budget" else argv)
 
 
+def merge_command(argv: Sequence[str]) -> int:
+    """``report merge RUN_DIR [--radius-step R]``: one result from the parts of a sharded run."""
+    from rs_lightning.cli.certify import merge_run
+
+    parser = argparse.ArgumentParser(
+        prog="python -m rs_lightning.cli.report merge",
+        description="Merge the shard files (certify.py shard=i/k) of a run folder into certify.tsv, "
+        "then write summary.json and the plots.",
+    )
+    parser.add_argument("run", metavar="RUN_DIR")
+    parser.add_argument("--radius-step", type=float, help="certified-accuracy grid (default: the run's)")
+    args = parser.parse_args(argv)
+    try:
+        if args.radius_step is not None and not args.radius_step > 0:
+            raise ConfigError("--radius-step", args.radius_step, "> 0")
+        merge_run(args.run, args.radius_step)
+    except (ConfigError, ResultFileError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; a user error prints ``error: ...`` on one line and returns 2."""
-    command, args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["merge"]:
+        return merge_command(argv[1:])
+    command, args = parse_args(argv)
     common = dict(out=args.out, budgets=args.budgets, overwrite=args.overwrite, sigma=args.sigma)
     try:
+        if args.sigma is not None:
+            require_positive("--sigma", args.sigma)
         if command == "budget":
             budget_view(args.runs, **common)
         else:

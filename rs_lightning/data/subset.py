@@ -26,3 +26,24 @@ def evenly_spaced(size: int, count: int) -> list[int]:
     require_at_least("num_inputs", count, 1)
     skip = max(1, size // count)
     return subset_indices(size, skip=skip, start=0, max=skip * min(count, size))
+
+
+def parse_shard(value) -> tuple[int, int] | None:
+    """``shard=i/k`` (the i-th of k disjoint parts, 0-based) as ``(i, k)``; None for no sharding."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    parts = text.split("/")
+    if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
+        i, k = int(parts[0]), int(parts[1])
+        if k >= 1 and 0 <= i < k:
+            return i, k
+    raise ConfigError("shard", value, "i/k with integers 0 <= i < k, e.g. shard=0/4 (null: no sharding)")
+
+
+def shard_of(indices: list[int], shard: tuple[int, int] | None) -> list[int]:
+    """The i-th of k interleaved parts of ``indices`` (every index in exactly one part)."""
+    if shard is None:
+        return list(indices)
+    i, k = shard
+    return list(indices[i::k])

@@ -66,6 +66,8 @@ def _first_line(err: BaseException) -> str:
 
 def _load_weights_only(path: Path, key: str, map_location: str | torch.device, example: str) -> Any:
     """``torch.load(path, weights_only=True)``; every failure is a one-line CheckpointError naming ``key``."""
+    if path.is_dir():
+        raise CheckpointError(f"{key}={str(path)!r} is a folder, not a checkpoint file; pass {example}")
     if not path.is_file():
         raise CheckpointError(f"{key}={str(path)!r} does not exist; pass {example}")
     try:
@@ -78,7 +80,8 @@ def _load_weights_only(path: Path, key: str, map_location: str | torch.device, e
         ) from err
     except Exception as err:  # the unpickler raises many types on files that are not checkpoints
         raise CheckpointError(
-            f"{key}={str(path)!r}: {path} is not a PyTorch checkpoint ({_first_line(err)}); pass {example}"
+            f"{key}={str(path)!r} is not a readable checkpoint (damaged, truncated or another format: "
+            f"{_first_line(err)}); pass {example}"
         ) from err
 
 

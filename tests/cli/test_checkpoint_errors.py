@@ -17,7 +17,7 @@ def test_missing_and_non_checkpoint_files(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         load_classifier(tmp_path / "nope.ckpt")
     (tmp_path / "notes.txt").write_text("hello")
-    with pytest.raises(CheckpointError, match="not a PyTorch checkpoint"):
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
         load_classifier(tmp_path / "notes.txt")
     torch.save({"state_dict": {}}, tmp_path / "foreign.ckpt")
     with pytest.raises(CheckpointError, match="not an rs-lightning checkpoint"):
@@ -86,3 +86,7 @@ def test_checkpoint_datamodule_sets_up_npz_data_and_checks_classes(tmp_path):
     assert datamodule.num_classes == 3 and len(datamodule.dataset("test")) == 3
     with pytest.raises(ConfigError, match="4 classes"):
         checkpoint_datamodule(OmegaConf.create({"data": None}), {**meta, "num_classes": 4})
+    # an (N, 1, 8, 8) dataset for a (1, 4, 4) network fails here, not deep inside a convolution
+    shapes = r"a dataset of \(1, 8, 8\) inputs like the checkpoint's, not \(1, 4, 4\)"
+    with pytest.raises(ConfigError, match=shapes):
+        checkpoint_datamodule(OmegaConf.create({"data": None}), {**meta, "input_shape": [1, 8, 8]})

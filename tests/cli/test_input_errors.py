@@ -331,7 +331,7 @@ def test_resume_checkpoint_is_loaded_safely_and_checked(tmp_path, capsys):
     ):
         check_training_checkpoint(tmp_path / "weights.ckpt")
     (tmp_path / "notes.txt").write_text("hello")
-    with pytest.raises(CheckpointError, match="is not a PyTorch checkpoint"):
+    with pytest.raises(CheckpointError, match="is not a readable checkpoint"):
         check_training_checkpoint(tmp_path / "notes.txt")
 
     torch.save(_training_checkpoint(evil=Payload()), tmp_path / "evil.ckpt")
