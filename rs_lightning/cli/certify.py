@@ -44,6 +44,7 @@ from rs_lightning.analysis.results import (
 from rs_lightning.data.subset import parse_shard, shard_of, subset_indices
 from rs_lightning.models.checkpoint import load_classifier
 from rs_lightning.models.normalize import build_classifier
+from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_published
 from rs_lightning.smoothing import CertificationSpec, run_dataset
 from rs_lightning.smoothing.precision import check_precision_supported
 from rs_lightning.smoothing.spec import protocol_of
@@ -113,12 +114,41 @@ def parameter_free_classifier(cfg: DictConfig, device: torch.device) -> tuple[nn
     return model, meta, datamodule
 
 
+def published_model_and_data(cfg: DictConfig, checkpoint: Path, device: torch.device):
+    """``checkpoint_format=cohen|…``: a published repository's checkpoint (read with weights_only=True and
+    mapped onto this project's models, :mod:`rs_lightning.models.published`); its files record neither the
+    dataset nor sigma, so ``data=`` and ``sigma=`` are required."""
+    if cfg.get("data") is None:
+        raise ConfigError(
+            "data",
+            None,
+            "set with checkpoint_format=",
+            "a published checkpoint records no dataset, e.g. data=cifar10",
+        )
+    if cfg.get("sigma") is None:
+        raise ConfigError(
+            "sigma", None, "the noise level the checkpoint was trained at",
+            "published checkpoints do not record it; pass e.g. sigma=0.25",
+        )  # fmt: skip
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup()
+    model, meta = load_published(
+        checkpoint, cfg.checkpoint_format, plain(cfg.model) if cfg.get("model") is not None else None,
+        datamodule.input_shape, datamodule.num_classes, datamodule.mean, datamodule.std, map_location=device,
+        normalization=cfg.get("checkpoint_normalization"),
+    )  # fmt: skip
+    return model, meta, datamodule, float(cfg.sigma)
+
+
 def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.device):
     """``(model, meta, datamodule, sigma)`` from the checkpoint, or from ``model=``/``data=``/``sigma=`` for a
     parameter-free model when ``checkpoint=null``."""
     if checkpoint is None:
         model, meta, datamodule = parameter_free_classifier(cfg, device)
         return model, meta, datamodule, float(cfg.sigma)
+    if cfg.get("checkpoint_format") is not None:
+        return published_model_and_data(cfg, checkpoint, device)
     if cfg.get("model") is not None:
         raise ConfigError(
             "model", cfg.model.get("_target_"), "unset when checkpoint= is given", "The checkpoint has it"
@@ -216,6 +246,19 @@ def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
     require_at_least("start", cfg.start, 0)
     require_positive("radius_step", cfg.radius_step)
     parse_shard(cfg.get("shard"))
+    if cfg.get("checkpoint_format") is not None:
+        if cfg.checkpoint_format not in FORMATS:
+            raise ConfigError(
+                "checkpoint_format", cfg.checkpoint_format, f"one of {', '.join(FORMATS)} or null"
+            )
+        if cfg.get("checkpoint_normalization") not in (None, *NORMALIZATIONS):
+            raise ConfigError(
+                "checkpoint_normalization",
+                cfg.checkpoint_normalization,
+                f"one of {', '.join(NORMALIZATIONS)} or null",
+            )
+        if cfg.checkpoint is None:
+            raise ConfigError("checkpoint", None, "the published file's path with checkpoint_format=")
     if cfg.max is not None:
         require_at_least("max", cfg.max, cfg.start + 1)
     return spec
@@ -294,6 +337,7 @@ def certify(cfg: DictConfig) -> dict:
         "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),
         "model": meta["model"],
         "data": datamodule.describe(),
+        "checkpoint_format": meta.get("checkpoint_format"),
         "radius_step": float(cfg.radius_step),
         "devices": device_names(
             trainer.strategy.root_device if distributed else device, trainer.world_size if distributed else 1
@@ -309,10 +353,8 @@ def certify(cfg: DictConfig) -> dict:
         _check_resume(out / "settings.json", settings, table)
         write_json_atomic(out / "settings.json", settings)
         if distributed:
-            done = done_indices(table)
-            todo = [i for i in indices if i not in done]
             module = RankCertification(
-                model, dataset, todo, spec, int(meta["num_classes"]), table, columns, make_rows
+                model, dataset, indices, spec, int(meta["num_classes"]), table, columns, make_rows
             )
             if not certify_on_ranks(trainer, module):
                 return {}  # another rank merges

@@ -6,6 +6,7 @@ from rs_lightning.models.digits import MLP, DigitsCNN
 from rs_lightning.models.imagenet import resnet50
 from rs_lightning.models.lenet import LeNet
 from rs_lightning.models.normalize import Normalize, build_classifier
+from rs_lightning.models.published import load_published
 
 __all__ = [
     "MLP",
@@ -16,5 +17,6 @@ __all__ = [
     "LeNet",
     "Normalize",
     "build_classifier",
+    "load_published",
     "resnet50",
 ]
