@@ -177,3 +177,24 @@ def test_output_dir_alone_writes_no_second_folder(trained_digits, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert (out / "certify.tsv").is_file() and (out / ".hydra").is_dir()
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_kill_9_mid_run_then_resume_on_two_ranks(trained_digits, reference, tmp_path):
+    """A single-process run killed with SIGKILL mid-way (possibly mid-row) resumes as 2 DDP ranks: every
+    index once, rows equal to the uninterrupted run's."""
+    import signal
+    import time
+
+    ref_dir, _ = reference
+    args = [sys.executable, str(REPO / "certify.py"), f"checkpoint={trained_digits['checkpoint']}",
+            f"output_dir={tmp_path}", "device=cpu", "batch_size=20", *SMALL[:2]]  # fmt: skip
+    job = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    table, deadline = tmp_path / "certify.tsv", time.time() + 240
+    while not (table.exists() and table.read_text().count("\n") >= 6):
+        assert time.time() < deadline and job.poll() is None
+        time.sleep(0.05)
+    job.send_signal(signal.SIGKILL)
+    job.wait(timeout=60)
+    certify(certify_config(tmp_path, trained_digits["checkpoint"], [*SMALL, "trainer=ddp_sim"]))
+    assert without_time(tmp_path / "certify.tsv") == without_time(ref_dir / "certify.tsv")
