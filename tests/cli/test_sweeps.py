@@ -32,7 +32,7 @@ def test_a_2x2_joblib_sweep_gives_4_runs_each_with_results_and_a_finished_wandb_
         seen.add((meta["sigma"], meta["seed"]))
         assert (job / "csv" / "metrics.csv").stat().st_size > 0
         run_id = meta["wandb_run_id"]
-        assert list((job / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
+        assert list((job / "wandb").glob(f"offline-run-*/run-{run_id}.wandb"))
         log = (job / "wandb" / "debug.log").read_text()
         assert f"finishing run rs-lightning/{run_id}" in log and "got exitcode: 0" in log
     assert seen == {(0.25, 0), (0.25, 1), (0.5, 0), (0.5, 1)}
