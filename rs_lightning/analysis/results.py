@@ -212,16 +212,8 @@ class ResultWriter:
                 f"{self.path} has the header {header}, expected {list(self.columns)}; "
                 "write to another output_dir instead of mixing formats"
             )
-        good_end = len(lines[0]) + 1
-        complete = lines[1:-1]  # text ends with "\n" when every row is complete; the tail is then ""
-        for lineno, line in enumerate(complete, start=2):
-            row = _parse_line(line, header)
-            if row is None:
-                if lineno - 1 == len(complete) and lines[-1] == "":
-                    break  # corrupt final line (e.g. killed mid-write and later appended nothing)
-                raise ResultFileError(f"{self.path}:{lineno} is malformed: {line!r}; fix or move the file")
-            if row["idx"] in self.done:
-                raise ResultFileError(f"{self.path}:{lineno} repeats idx {row['idx']}; the file was edited")
+        good_end = len(lines[0].encode("utf-8")) + 1
+        for _, line, row in _complete_rows(self.path, lines):
             self.done.add(row["idx"])
             good_end += len(line.encode("utf-8")) + 1
         if good_end < len(text.encode("utf-8")):
@@ -307,22 +299,29 @@ def part_tables(table: str | os.PathLike) -> list[Path]:
     return ([table] if table.is_file() else []) + shards
 
 
-def _rows_by_idx(path: Path) -> tuple[str, dict[int, str]]:
-    """Header line and ``{idx: line}`` of a result file (an incomplete last line is skipped)."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    header, complete = lines[0], lines[1:-1]  # the text after the last newline is an unfinished row
-    columns = header.split("\t")
-    rows: dict[int, str] = {}
+def _complete_rows(path: Path, lines: list[str]):
+    """``(lineno, line, row)`` of the complete rows of a result file's text split at newlines. The text
+    after the last newline is an unfinished row and is left out, as is a malformed last complete row with
+    nothing after it (a killed writer's); any other malformed row, or a repeated idx, is a ResultFileError."""
+    header = lines[0].split("\t")
+    complete = lines[1:-1]  # the text ends with "\n" when every row is complete; the tail is then ""
+    seen: set[int] = set()
     for lineno, line in enumerate(complete, start=2):
-        row = _parse_line(line, columns)
+        row = _parse_line(line, header)
         if row is None:
-            if lineno - 1 == len(complete):
-                continue  # a killed writer's last line (as ResultWriter repairs it); certified again
-            raise ResultFileError(f"{path}:{lineno} is malformed: {line!r}")
-        if row["idx"] in rows:
-            raise ResultFileError(f"{path}:{lineno} repeats idx {row['idx']}")
-        rows[row["idx"]] = line
-    return header, rows
+            if lineno - 1 == len(complete) and lines[-1] == "":
+                return
+            raise ResultFileError(f"{path}:{lineno} is malformed: {line!r}; fix or move the file")
+        if row["idx"] in seen:
+            raise ResultFileError(f"{path}:{lineno} repeats idx {row['idx']}; the file was edited")
+        seen.add(row["idx"])
+        yield lineno, line, row
+
+
+def _rows_by_idx(path: Path) -> tuple[str, dict[int, str]]:
+    """Header line and ``{idx: line}`` of a result file's complete rows (see :func:`_complete_rows`)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return lines[0], {row["idx"]: line for _, line, row in _complete_rows(path, lines)}
 
 
 def done_indices(table: str | os.PathLike) -> set[int]:

@@ -84,7 +84,7 @@ class SmoothingMethod(pl.LightningModule):
             raise ConfigError("on_nonfinite_loss", on_nonfinite_loss, " or ".join(NONFINITE_POLICIES))
         self.on_nonfinite_loss = on_nonfinite_loss
         self.skipped_steps = 0
-        self.last_finite_loss: float | None = None
+        self._last_finite_loss: torch.Tensor | None = None  # kept on the device: read only for a message
         self.automatic_optimization = False
         self.num_chunks = int(num_chunks)
         self.model = model
@@ -170,7 +170,7 @@ class SmoothingMethod(pl.LightningModule):
         for chunk in self.chunks(batch):
             loss = self.training_loss(*chunk)
             optimizer.zero_grad()
-            if not self._finite_or_skip(loss):
+            if not self._finite_or_skip(loss, optimizer):
                 continue
             self.manual_backward(loss)
             if self.on_nonfinite_loss == "skip" and not self._gradients_finite():
@@ -183,19 +183,19 @@ class SmoothingMethod(pl.LightningModule):
         if not losses:
             return None
         loss = torch.stack(losses).mean()
-        self.last_finite_loss = float(loss)
+        self._last_finite_loss = loss
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch[0]))
         return loss
 
-    def _finite_or_skip(self, loss: torch.Tensor) -> bool:
+    def _finite_or_skip(self, loss: torch.Tensor, optimizer) -> bool:
         """True for a finite loss; else stop (raise) or count a skipped step (``on_nonfinite_loss``)."""
         if bool(torch.isfinite(loss.detach()).all()):
             return True
         if self.on_nonfinite_loss == "skip":
-            self._skip(self.optimizers())
+            self._skip(optimizer)
             return False
         name = self.metadata.get("method", {}).get("_target_", type(self).__name__).rpartition(".")[2]
-        last = "none yet" if self.last_finite_loss is None else f"{self.last_finite_loss:.6g}"
+        last = "none yet" if self._last_finite_loss is None else f"{float(self._last_finite_loss):.6g}"
         raise NonFiniteLossError(
             f"training loss is {float(loss.detach().float().mean())} at epoch {self.current_epoch}, step "
             f"{self.global_step} (method {name}, sigma {self.sigma}); last finite loss {last}. Nothing was "
