@@ -60,13 +60,25 @@ def test_last_checkpoint_is_written_after_every_epoch(tmp_path):
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3 * 23
 
 
+def test_step_checkpoints_for_long_epochs(tmp_path):
+    """callbacks.step_checkpoint.every_n_train_steps=K also writes last.ckpt every K steps, mid-epoch."""
+    probe = FilesAtEpochStart(tmp_path / "checkpoints")
+    overrides = ["optim.max_epochs=2", "callbacks.step_checkpoint.every_n_train_steps=10", *QUIET]
+    train(train_config(tmp_path, overrides), extra_callbacks=[probe])
+    assert "step00000020.ckpt" in probe.seen[1]  # written at step 20 of epoch 0's 23
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch001.ckpt", "last.ckpt", "step00000040.ckpt"]
+
+
 @pytest.mark.parametrize("method", ["gaussian", "acr_gaming"])
 def test_one_epoch_plus_resume_equals_two_epochs_bit_for_bit(tmp_path, method):
     """Catches: a resumed run drawing another data order (the global RNG that shuffles was not restored:
     all weights then differ) or another training noise; and metrics.csv losing its earlier rows."""
     common = [f"method={method}", *QUIET]
     straight = train(train_config(tmp_path / "straight", ["optim.max_epochs=2", *common]))
-    train(train_config(tmp_path / "split", ["optim.max_epochs=1", *common]))
+    first = train(train_config(tmp_path / "split", ["optim.max_epochs=1", *common]))
+    if method == "acr_gaming":  # the resume point carries a curated pool (E_ds = 0.4 of 1 epoch = epoch 0)
+        curation = torch.load(first["checkpoint"], weights_only=True)["rs_lightning_acr_gaming_data"]
+        assert curation["discarded"] and 0 < len(curation["subset"]) < 1437
     resumed = train(train_config(tmp_path / "split", ["optim.max_epochs=2", "ckpt_path=last", *common]))
     assert_same_weights(straight["checkpoint"], resumed["checkpoint"])
     a, b = (torch.load(p, weights_only=True) for p in (straight["checkpoint"], resumed["checkpoint"]))
