@@ -132,6 +132,7 @@ def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> 
         scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.get("scheduler") else None,
         noise_seed=cfg.seed,
         on_nonfinite_loss=cfg.get("on_nonfinite_loss", "stop"),
+        scheduler_epoch_offset=cfg.optim.get("scheduler_epoch_offset", 0),
     )
     method.metadata = checkpoint_metadata(cfg, datamodule)  # not via instantiate: it holds _target_ strings
     datamodule.train_with_index = method.needs_sample_index

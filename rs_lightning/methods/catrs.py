@@ -66,15 +66,17 @@ class CATRS(SmoothingMethod):
     6. loss = mean_b [L^low_b + λ·1[K_b = M]·L^high_b].
 
     p_b is the pre-trained σ = 0.25 Gaussian model's hard-prediction frequencies on training image b (§2.1,
-    ``soft_labels.py``), indexed by dataset index (``needs_sample_index``). **Deviation when
-    ``soft_labels=None``:** p_b is the one-hot label (so KL = CE); the paper requires the preprocessing pass.
+    ``soft_labels.py``), indexed by dataset index (``needs_sample_index``). Training without them is refused
+    unless ``allow_onehot=True`` asks for our **deviation**: p_b = the one-hot label (so KL = CE), which is
+    not the paper's method (it requires the preprocessing pass).
 
     Args:
         num_noise_vec: M, noise draws per image and chunks per loader batch (>= 1).
         epsilon: ε, L2 radius of the noise search around δ_i, [0,1]-pixel units (reference ``--epsilon/256``).
         num_steps: T, attack steps (step length 2ε/T).
         lbd: λ >= 0, weight of L^high.
-        soft_labels: path of the [N_train, K] float ``.npy`` of p_b, or None (one-hot fallback, see above).
+        soft_labels: path of the [N_train, K] float ``.npy`` of p_b, or None (needs ``allow_onehot``).
+        allow_onehot: with ``soft_labels=None``, train with one-hot targets instead of refusing (see above).
         confidence_mask: use p_b[y_b] instead of p̂_b as the Binomial probability (reference ImageNet run).
         eps_double_epoch: from this 0-based epoch on, ε is doubled (reference ``--warmup``); None = never.
         **kwargs: ``model``, ``sigma``, ``optimizer``, ... of :class:`SmoothingMethod`.
@@ -89,6 +91,7 @@ class CATRS(SmoothingMethod):
         num_steps: int = 4,
         lbd: float = 1.0,
         soft_labels: str | None = None,
+        allow_onehot: bool = False,
         confidence_mask: bool = False,
         eps_double_epoch: int | None = None,
         **kwargs,
@@ -115,6 +118,7 @@ class CATRS(SmoothingMethod):
         self.num_steps = int(num_steps)
         self.lbd = float(lbd)
         self.soft_labels = None if soft_labels is None else str(soft_labels)
+        self.allow_onehot = bool(allow_onehot)
         self.confidence_mask = bool(confidence_mask)
         self.eps_double_epoch = eps_double_epoch
         self._soft: np.ndarray | None = None
@@ -126,6 +130,12 @@ class CATRS(SmoothingMethod):
             self._soft = load_soft_labels(self.soft_labels, num_train, num_classes)
 
     def setup(self, stage: str) -> None:
+        if stage == "fit" and self.soft_labels is None and not self.allow_onehot:
+            raise ConfigError(
+                "method.soft_labels", None, "the pre-trained model's soft labels (a .npy file)",
+                f"CAT-RS without them is a different method; {MAKE_SOFT_LABELS}, or pass "
+                "method.allow_onehot=true to train with one-hot targets (a deviation from the paper)",
+            )  # fmt: skip
         if stage != "fit" or self.soft_labels is None or self._soft is not None:
             return
         datamodule = getattr(self.trainer, "datamodule", None)

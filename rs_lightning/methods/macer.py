@@ -6,9 +6,11 @@ import torch
 from torch.distributions import Normal
 
 from rs_lightning.attacks import loss_precision, noise_copies, smoothed_softmax
-from rs_lightning.validation import require_at_least, require_non_negative, require_positive
+from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
 from .base import SmoothingMethod
+
+DEFER_UNTIL_LR_DROP = "lr_drop"
 
 
 class MACER(SmoothingMethod):
@@ -35,10 +37,11 @@ class MACER(SmoothingMethod):
         beta: inverse temperature β > 0 of the robustness term only (``--beta``).
         gamma: hinge margin γ > 0 on ξ, i.e. the hinge stops at soft radius σγ/2 (``--margin``).
         lbd: weight λ >= 0 of the robustness term (``--lbd``).
-        deferred_epochs: λ is 0 in the first ``deferred_epochs`` epochs (0-based epoch e < deferred_epochs);
-            0 = off. The Consistency repo's ``--deferred`` (train_macer.py) zeroes λ while
-            ``epoch <= lr_step_size``, i.e. for lr_step_size + 1 epochs: ``deferred_epochs = 31`` for its
-            StepLR(30) MNIST runs (methods-core.md §4.3).
+        deferred_epochs: ``"lr_drop"``: λ is 0 until the scheduler's first LR drop takes effect — the
+            Consistency repo's ``--deferred`` (train_macer.py: λ = 0 while ``epoch <= lr_step_size``, so λ
+            switches on with the first drop, at lr 0.001, from epoch 31 of its legacy-stepped StepLR(30) MNIST
+            runs; methods-core.md §4.3); it keeps that structure on any shortened schedule. An integer n: λ
+            is 0 in 0-based epochs e < n; 0 = off.
         **kwargs: ``model, sigma, optimizer, scheduler, noise_seed, metadata`` of :class:`SmoothingMethod`.
     """
 
@@ -48,23 +51,37 @@ class MACER(SmoothingMethod):
         beta: float = 16.0,
         gamma: float = 8.0,
         lbd: float = 12.0,
-        deferred_epochs: int = 0,
+        deferred_epochs: int | str = 0,
         **kwargs,
     ) -> None:
         require_at_least("method.num_noise_vec", num_noise_vec, 1)
         require_positive("method.beta", beta)
         require_positive("method.gamma", gamma)
         require_non_negative("method.lbd", lbd)
-        require_at_least("method.deferred_epochs", deferred_epochs, 0)
+        if deferred_epochs != DEFER_UNTIL_LR_DROP:
+            if isinstance(deferred_epochs, str):
+                allowed = f"{DEFER_UNTIL_LR_DROP!r} or an epoch count >= 0"
+                raise ConfigError("method.deferred_epochs", deferred_epochs, allowed)
+            require_at_least("method.deferred_epochs", deferred_epochs, 0)
         super().__init__(num_chunks=1, **kwargs)
         self.num_noise_vec = int(num_noise_vec)
         self.beta = float(beta)
         self.gamma = float(gamma)
         self.lbd = float(lbd)
-        self.deferred_epochs = int(deferred_epochs)
+        self.deferred_epochs = deferred_epochs if isinstance(deferred_epochs, str) else int(deferred_epochs)
+
+    def on_fit_start(self) -> None:
+        if self.deferred_epochs == DEFER_UNTIL_LR_DROP and self.scheduler_factory is None:
+            raise ConfigError(
+                "method.deferred_epochs", DEFER_UNTIL_LR_DROP, "an epoch count when optim.scheduler is null",
+                "without a scheduler the LR never drops, so lambda would stay 0",
+            )  # fmt: skip
 
     def robustness_weight(self) -> float:
-        """λ at the current 0-based epoch: 0 while ``epoch < deferred_epochs``, else ``lbd``."""
+        """λ now: 0 until the first LR drop (``deferred_epochs="lr_drop"``) or while the 0-based epoch is
+        below ``deferred_epochs``, else ``lbd``."""
+        if self.deferred_epochs == DEFER_UNTIL_LR_DROP:
+            return self.lbd if self.lr_dropped else 0.0
         return 0.0 if self.current_epoch < self.deferred_epochs else self.lbd
 
     def robustness_terms(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -89,6 +106,8 @@ class MACER(SmoothingMethod):
         p_y = smoothed_softmax(logits).gather(1, y[:, None]).squeeze(1)
         classification = -torch.log(p_y + 1e-10).sum()
         lbd = self.robustness_weight()
+        if self._trainer is not None:
+            self.log("train/macer_lambda", lbd, on_step=False, on_epoch=True, batch_size=len(x))
         robustness = self.robustness_terms(logits, y) if lbd > 0 else classification.new_zeros(())
         b = len(x)
         for name, value in (("classification", classification), ("robustness", robustness)):

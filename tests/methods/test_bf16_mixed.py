@@ -47,7 +47,11 @@ VARIANTS = {
     "consistency": (["method=consistency"], 2, False),
     "consistency_smoothadv": (["method=consistency", "method.epsilon=0.25", *ADV], 2, True),
     "smoothmix": (["method=smoothmix", "method.mix_step=1", *ADV], 2, True),
-    "catrs": (["method=catrs", "method.num_noise_vec=2", "method.num_steps=2"], 2, True),
+    "catrs": (
+        ["method=catrs", "method.allow_onehot=true", "method.num_noise_vec=2", "method.num_steps=2"],
+        2,
+        True,
+    ),
     "acr_gaming": (["method=acr_gaming", *ACR], 2, True),
     "discard_hard": (["method=discard_hard", *ACR], 2, False),
     "reweight": (["method=reweight", *ACR], 2, False),

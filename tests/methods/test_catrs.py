@@ -336,13 +336,25 @@ def test_config_runs_fast_dev_run_with_soft_labels_and_logs_its_scalars(tmp_path
     assert 0.0 <= metrics["train/catrs_high_fraction"] <= 1.0 and math.isfinite(metrics["train/loss_step"])
 
 
-def test_config_runs_fast_dev_run_without_soft_labels(tmp_path):
-    result = train(
-        train_config(
-            tmp_path, ["method=catrs", "debug=fast_dev_run", "logger=none", "~callbacks.certification"]
-        )
-    )
+def test_config_runs_fast_dev_run_without_soft_labels_only_when_allowed(tmp_path):
+    """Issue 11: without soft labels CAT-RS is a different method, so training refuses to start (naming
+    the key, how to make the file and the opt-in) unless method.allow_onehot=true asks for the fallback."""
+    overrides = ["method=catrs", "debug=fast_dev_run", "logger=none", "~callbacks.certification"]
+    with pytest.raises(ConfigError, match=r"soft_labels=None.*soft_labels.py.*method.allow_onehot=true"):
+        train(train_config(tmp_path / "refused", overrides))
+    result = train(train_config(tmp_path / "allowed", [*overrides, "method.allow_onehot=true"]))
     assert math.isfinite(result["metrics"]["train/loss_step"])
+
+
+def test_catrs_entry_point_refuses_without_soft_labels_in_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "method=catrs", "debug=fast_dev_run", "logger=none",
+         f"hydra.run.dir={tmp_path}/run"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(lines) == 1 and "method.allow_onehot=true" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run" / "checkpoints").exists()
 
 
 # ----------------------------------------------------------------------------------- soft_labels CLI
