@@ -14,12 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import loss_precision, normalize_l2, per_sample_norm, project_l2
+from rs_lightning.smoothing.soft import loss_precision
+
+from .common import normalize_l2, per_sample_norm, project_l2
 
 
 def soft_kl(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """``KL(target ‖ softmax(logits))`` over the last dimension (``0·log 0 = 0``), one value per row; in
-    float32 when the logits come from bf16/fp16 autocast (:func:`.common.loss_precision`)."""
+    float32 when the logits come from bf16/fp16 autocast (:func:`loss_precision`)."""
     return F.kl_div(F.log_softmax(loss_precision(logits), dim=-1), target, reduction="none").sum(dim=-1)
 
 
@@ -54,11 +56,11 @@ def noise_pgd(
     """``steps`` times: ``δ ← constrain(δ + a·g/(‖g‖₂ + 1e-8), δ0)`` with ``g = ∇_δ objective(f(x + δ))``.
 
     The gradient is normalized per row (per noise copy). The caller puts ``model`` in eval mode with frozen
-    parameters (:func:`~rs_lightning.attacks.common.frozen_eval`).
+    parameters (:func:`~rs_lightning.smoothing.soft.frozen_eval`).
 
     Args:
         model: base classifier f: [0,1] inputs -> logits.
-        x: clean inputs, one row per noise copy (e.g. image-major repeated), ``(N, ...)``; kept fixed.
+        x: clean inputs, one row per noise copy (e.g. ``copy_rows(x, m)``), ``(N, ...)``; kept fixed.
         noise0: the sampled draws δ0, ``(N, ...)``; the search starts there.
         objective: ``logits (N, K) -> scalar`` to maximise.
         steps: number of ascent steps T >= 1.

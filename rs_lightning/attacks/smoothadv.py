@@ -7,10 +7,10 @@ All three attacks maximize, within the L2 ball ``||x' - x||_2 <= eps`` and the b
 with the ``m`` noise draws ``delta_j`` fixed for the whole attack (methods-core.md §3.1). With ``m = 1`` it
 is the plain cross-entropy CE(f(x' + delta_1), y) (log-softmax, no floor), as in the reference code.
 
-**Noise layout.** ``noise`` is always **(m, B, *x.shape[1:])**: ``noise[j, b]`` is draw j of image b.
-An image-major batch ``(B*m, ...)`` such as :meth:`SmoothingMethod.noisy_copies` makes is viewed this way by
-:func:`rs_lightning.attacks.noise_copies`. The attacks return one adversarial image per input, ``(B, ...)``,
-detached; the caller adds the same draws for its loss.
+**Noise layout.** ``noise`` is always **(m, B, *x.shape[1:])**: ``noise[j, b]`` is draw j of image b (the
+copy layout of :mod:`rs_lightning.smoothing.soft`, as :meth:`SmoothingMethod.draw_noise` returns it). The
+attacks return one adversarial image per input, ``(B, ...)``, detached; the caller adds the same draws for
+its loss.
 
 Every attack runs the model under :func:`frozen_eval` (eval mode, parameters frozen: BN uses running
 statistics and no parameter gradient is built) and restores the previous state afterwards. Inputs outside
@@ -25,7 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import frozen_eval, loss_precision, per_sample_norm, project_l2, smoothed_nll
+from rs_lightning.smoothing.soft import frozen_eval, loss_precision, noisy_logits, smoothed_nll
+
+from .common import per_sample_norm, project_l2
 
 
 def _check_inputs(x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor) -> None:
@@ -37,18 +39,11 @@ def _check_inputs(x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor) -> None
         )
     if noise.dim() != x.dim() + 1 or noise.shape[1:] != x.shape:
         raise ValueError(
-            f"noise must have shape (m, B, *x.shape[1:]) = (m, {tuple(x.shape)}); got {tuple(noise.shape)}. "
-            "View image-major (B*m, ...) noise with rs_lightning.attacks.noise_copies(noise, m)."
+            f"noise must have shape (m, B, *x.shape[1:]) = (m, {tuple(x.shape)}); got {tuple(noise.shape)} "
+            "(draw j of image b is noise[j, b], as SmoothingMethod.draw_noise returns it)"
         )
     if y.shape != x.shape[:1]:
         raise ValueError(f"y must have shape ({len(x)},); got {tuple(y.shape)}")
-
-
-def noisy_logits(model: nn.Module, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """Logits of ``x + noise_j`` for every draw: ``x`` (B, ...), ``noise`` (m, B, ...) -> (m, B, K)."""
-    m, b = noise.shape[:2]
-    logits = model((x.unsqueeze(0) + noise).reshape(m * b, *x.shape[1:]))
-    return logits.view(m, b, -1)
 
 
 def adversarial_loss(logits: torch.Tensor, y: torch.Tensor, floor: float = 1e-20) -> torch.Tensor:
@@ -132,7 +127,7 @@ def nograd_direction(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: 
     sigma^2 times an estimate of the ascent direction of -E[F(x+delta)_y] (the probability, not its log).
     """
     with torch.no_grad():
-        p_y = F.softmax(loss_precision(noisy_logits(model, x, noise)), dim=-1).gather(
+        p_y = F.softmax(noisy_logits(model, x, noise), dim=-1).gather(
             -1, y.expand(noise.shape[0], -1)[..., None]
         )
         return (-p_y.view(*p_y.shape[:2], *([1] * (x.dim() - 1))) * noise).mean(dim=0)

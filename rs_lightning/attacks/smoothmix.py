@@ -11,7 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .common import normalize_l2, project_l2, smoothed_nll
+from rs_lightning.smoothing.soft import noisy_logits, smoothed_nll
+
+from .common import normalize_l2, project_l2
 
 
 def _project(x_t: torch.Tensor, x: torch.Tensor, radius: float | None) -> torch.Tensor:
@@ -61,7 +63,6 @@ def smoothmix_pgd(
         raise ValueError("smoothmix_pgd expects clean inputs in [0, 1]")
     if not 0 <= mix_step < num_steps:
         raise ValueError(f"mix_step={mix_step} must satisfy 0 <= mix_step < num_steps={num_steps}")
-    m = noises.shape[0]
     x = x.detach()
     x_t = x
     x_c = x
@@ -69,8 +70,7 @@ def smoothmix_pgd(
         if t == mix_step:
             x_c = x_t
         x_t = x_t.clone().requires_grad_(True)
-        logits = model((x_t.unsqueeze(0) + noises).reshape(-1, *x.shape[1:]))
-        loss = smoothed_nll(logits.view(m, x.shape[0], -1), y, floor=1e-20, reduction="sum")
+        loss = smoothed_nll(noisy_logits(model, x_t, noises), y, floor=1e-20, reduction="sum")
         (grad,) = torch.autograd.grad(loss, x_t)
         x_t = _project(x_t.detach() + alpha * normalize_l2(grad), x, maxnorm)
     return _project(x_c, x, clean_radius), x_t

@@ -2,7 +2,9 @@
 
 It owns the base classifier (normalization included), sigma, optimizer and scheduler from config, noisy
 validation accuracy, the logged names (``train/loss``, ``val/acc_noisy``, ``val/loss``), per-rank noise
-seeding and the checkpoint metadata that ``certify.py`` needs. A method overrides :meth:`training_loss`.
+seeding and the checkpoint metadata that ``certify.py`` needs. A method overrides :meth:`training_loss` and
+gets its m noisy copies per image from :meth:`noisy_logits` / :meth:`draw_noise`, in the one copy-major layout
+``(m, B, ...)`` of :mod:`rs_lightning.smoothing.soft`.
 
 **Step semantics.** Optimization is manual: each loader batch of B images is split into ``num_chunks``
 chunks of ⌊B / num_chunks⌋ images (the remainder is dropped, as in SmoothAdv's ``train_pgd.py``), and every
@@ -47,6 +49,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from rs_lightning.models.checkpoint import CHECKPOINT_KEY
+from rs_lightning.smoothing.soft import noisy_logits
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 NONFINITE_POLICIES = ("stop", "skip")
@@ -150,20 +153,27 @@ class SmoothingMethod(pl.LightningModule):
         gen = generator or self.noise_generator
         return self.sigma * torch.randn(like.shape, generator=gen, device=like.device, dtype=like.dtype)
 
-    def add_noise(self, x: torch.Tensor) -> torch.Tensor:
-        """One noisy view ``x + delta``, ``delta ~ N(0, sigma^2 I)`` in pixel space (no clipping)."""
-        return x + self.gaussian_noise(x)
+    def draw_noise(self, x: torch.Tensor, m: int) -> torch.Tensor:
+        """m draws ``sigma * N(0, I)`` per image of ``x`` ``(B, ...)``, copy-major ``(m, B, ...)``:
+        ``noise[j, b]`` is draw j of image b (:mod:`rs_lightning.smoothing.soft`), from the rank's
+        training-noise generator in that order."""
+        return self.gaussian_noise(x.unsqueeze(0).expand(m, *x.shape))
 
-    def noisy_copies(self, x: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``m`` noisy copies per image, **image-major** (x1, x1, ..., x2, x2, ...): returns
-        ``(repeated x of shape (B*m, ...), noise of the same shape)``; use
-        :func:`rs_lightning.attacks.noise_copies` to view them as ``(m, B, ...)``."""
-        repeated = x.repeat_interleave(m, dim=0)
-        return repeated, self.gaussian_noise(repeated)
+    def noisy_logits(
+        self, x: torch.Tensor, m: int | None = None, *, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The forward pass over noisy copies that every method shares: ``(logits (m, B, K), noise
+        (m, B, ...))`` with ``logits[j, b] = f(x[b] + noise[j, b])``, all m·B copies in one forward pass in
+        the model's current mode, logits in float32 under bf16/fp16 autocast. ``noise`` defaults to
+        ``draw_noise(x, m)``; pass it to reuse draws (e.g. those an attack saw) on another base point ``x``
+        (e.g. the attacked x̂)."""
+        if noise is None:
+            noise = self.draw_noise(x, m)
+        return noisy_logits(self.model, x, noise), noise
 
     def warmup(self, epochs: int) -> float:
-        """Linear warm-up factor ``min(1, (e + 1) / epochs)`` at the current 0-based epoch ``e``
-        (SmoothAdv's epsilon, SmoothMix's eta); 1 when ``epochs <= 1``."""
+        """Linear warm-up factor ``min(1, (e + 1) / epochs)`` at the current 0-based epoch ``e`` (SmoothAdv's
+        and Consistency's epsilon, SmoothMix's eta and clean-side radius); 1 when ``epochs <= 1``."""
         return 1.0 if epochs <= 1 else min(1.0, (self.current_epoch + 1) / epochs)
 
     # ---------------------------------------------------------------- hooks

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rs_lightning.attacks.common import frozen_eval, loss_precision
 from rs_lightning.attacks.noise_space import kl_noise_pgd, soft_kl
+from rs_lightning.smoothing.soft import copy_rows, frozen_eval
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 from .base import SmoothingMethod
@@ -42,10 +42,11 @@ def load_soft_labels(path: str | Path, num_train: int, num_classes: int) -> np.n
 
 
 def bottom_k_sum(losses: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Per row, the sum of the ``k[b]`` smallest entries of ``losses[b]`` (gradient only into those)."""
-    ordered, _ = losses.sort(dim=1)
-    keep = torch.arange(losses.shape[1], device=losses.device)[None, :] < k[:, None]
-    return (ordered * keep).sum(dim=1)
+    """Per image b, the sum of the ``k[b]`` smallest of its M copies' losses ``losses[:, b]`` (``(M, B)``);
+    gradient only into those."""
+    ordered, _ = losses.sort(dim=0)
+    keep = torch.arange(losses.shape[0], device=losses.device)[:, None] < k[None, :]
+    return (ordered * keep).sum(dim=0)
 
 
 class CATRS(SmoothingMethod):
@@ -170,34 +171,26 @@ class CATRS(SmoothingMethod):
         return 2.0 * self.epsilon if doubled else self.epsilon
 
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
-        m, b = self.num_noise_vec, len(x)
-        x_rep, noise0 = self.noisy_copies(x, m)  # image-major: row b*M + i is copy i of image b
-        # float32 under bf16-mixed: otherwise the soft labels p_b below would be rounded to bf16
-        logits0 = loss_precision(self.model(x_rep + noise0)).view(b, m, -1)
+        m = self.num_noise_vec
+        # (M, B, K), float32 under bf16-mixed: otherwise the soft labels p_b below would be rounded to bf16
+        logits0, noise0 = self.noisy_logits(x, m)
         target = self.soft_targets(y, index, logits0.shape[-1]).to(logits0.dtype)
-        ce = F.cross_entropy(logits0.flatten(0, 1), y.repeat_interleave(m), reduction="none").view(b, m)
+        ce = F.cross_entropy(logits0.flatten(0, 1), y.repeat(m), reduction="none").view(m, -1)
         if self.confidence_mask:
             p_hat = target.gather(1, y[:, None]).squeeze(1)
         else:
-            p_hat = (logits0.detach().argmax(dim=-1) == y[:, None]).float().mean(dim=1)
+            p_hat = (logits0.detach().argmax(dim=-1) == y).float().mean(dim=0)
         k = self.sample_k(p_hat).clamp_min(1)
         low = bottom_k_sum(ce, k) / m
-        with frozen_eval(self.model):
+        with frozen_eval(self.model):  # one row per copy: row i·B + b is copy i of image b
             noise_adv = kl_noise_pgd(
-                self.model,
-                x_rep,
-                noise0,
-                target.repeat_interleave(m, dim=0),
-                epsilon=self.current_epsilon,
-                steps=self.num_steps,
-                copies=m,
-            )
-        logits_adv = self.model(x_rep + noise_adv).view(b, m, -1)
-        high = soft_kl(logits_adv, target[:, None, :]).amax(dim=1)
+                self.model, copy_rows(x, m), noise0.flatten(0, 1), copy_rows(target, m),
+                epsilon=self.current_epsilon, steps=self.num_steps, copies=m,
+            ).view_as(noise0)  # fmt: skip
+        high = soft_kl(self.noisy_logits(x, noise=noise_adv)[0], target).amax(dim=0)
         full = (k == m).to(high.dtype)
         if self._trainer is not None:
             for name, value in (("high_fraction", full), ("low", low), ("high", high)):
-                self.log(
-                    f"train/catrs_{name}", value.detach().mean(), on_step=False, on_epoch=True, batch_size=b
-                )
+                mean = value.detach().mean()
+                self.log(f"train/catrs_{name}", mean, on_step=False, on_epoch=True, batch_size=len(x))
         return (low + self.lbd * full * high).mean()

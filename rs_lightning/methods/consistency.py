@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rs_lightning.attacks import loss_precision, smoothed_softmax
 from rs_lightning.attacks.smoothadv import smoothadv_pgd
+from rs_lightning.smoothing.soft import smoothed_softmax
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
 from .base import SmoothingMethod
@@ -82,29 +82,19 @@ class Consistency(SmoothingMethod):
         self.epsilon = None if epsilon is None else float(epsilon)
         self.num_steps, self.warmup_epochs = int(num_steps), int(warmup)
 
-    def noisy_inputs(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """Noise-major forward batch ``(m·B', ...)`` from the clean chunk ``x`` and noise ``(m, B', ...)``.
-
-        With ``epsilon`` set, x is first replaced by SmoothAdv-PGD's x̂ computed with these same noises.
-        """
-        if self.epsilon is not None:
-            eps = self.epsilon * self.warmup(self.warmup_epochs)
-            x = smoothadv_pgd(
-                self.model,
-                x,
-                y,
-                noise,
-                eps,
-                self.num_steps,
-                clamp_first=False,
-                generator=self.noise_generator,
-            )
-            self.log("train/epsilon", eps, on_step=False, on_epoch=True, batch_size=len(x))
-        return (x.unsqueeze(0) + noise).flatten(0, 1)
+    def attacked(self, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """The base point of the copies: ``x``, or with ``epsilon`` set SmoothAdv-PGD's x̂ computed with the
+        same noises ``(m, B', ...)`` that enter the loss."""
+        if self.epsilon is None:
+            return x
+        eps = self.epsilon * self.warmup(self.warmup_epochs)
+        self.log("train/epsilon", eps, on_step=False, on_epoch=True, batch_size=len(x))
+        return smoothadv_pgd(
+            self.model, x, y, noise, eps, self.num_steps, clamp_first=False, generator=self.noise_generator
+        )
 
     def consistency_terms(self, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Per-image ``(KL, H, MSE)`` from logits ``(m, B', K)``: mean_j KL(p̄‖p_j), H(p̄), ‖p_2 − p_1‖²."""
-        logits = loss_precision(logits)  # float32 under bf16-mixed (log-softmax, entropy, MSE are ours)
         log_p = F.log_softmax(logits, dim=-1)
         p_bar = smoothed_softmax(logits)
         kl = F.kl_div(log_p, p_bar.expand_as(log_p), reduction="none").sum(-1).mean(0)
@@ -114,11 +104,11 @@ class Consistency(SmoothingMethod):
 
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
         m, b = self.num_noise_vec, len(x)
-        noise = self.gaussian_noise(x.unsqueeze(0).expand(m, *x.shape))  # δ_1..δ_m, each shaped like x
-        # float32 under bf16-mixed, once: the CE and consistency gradients then add up in float32
-        logits = loss_precision(self.model(self.noisy_inputs(x, y, noise)))
-        cross_entropy = F.cross_entropy(logits, y.repeat(m))
-        kl, entropy, mse = self.consistency_terms(logits.reshape(m, b, -1))
+        noise = self.draw_noise(x, m)  # δ_1..δ_m, (m, B', ...)
+        # (m, B', K), float32 under bf16-mixed: the CE and consistency gradients then add up in float32
+        logits, _ = self.noisy_logits(self.attacked(x, y, noise), noise=noise)
+        cross_entropy = F.cross_entropy(logits.flatten(0, 1), y.repeat(m))
+        kl, entropy, mse = self.consistency_terms(logits)
         if self.loss == "default":
             consistency = self.lbd * kl + self.eta * entropy
         elif self.loss == "xent":

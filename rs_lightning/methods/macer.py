@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.distributions import Normal
 
-from rs_lightning.attacks import loss_precision, noise_copies, smoothed_softmax
+from rs_lightning.smoothing.soft import smoothed_softmax
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
 from .base import SmoothingMethod
@@ -16,9 +16,9 @@ DEFER_UNTIL_LR_DROP = "lr_drop"
 class MACER(SmoothingMethod):
     """Attack-free maximization of the soft smoothed classifier's certified radius (methods-core.md §4.1).
 
-    Per loader batch of B images (``num_chunks = 1``: **one** optimizer step, §4.2), k noisy copies per image,
-    image-major, in one train-mode forward pass over B·k samples (BN statistics cover all of them); z_ij are
-    the logits of copy j of image i:
+    Per loader batch of B images (``num_chunks = 1``: **one** optimizer step, §4.2), k noisy copies per image
+    in one train-mode forward pass over B·k samples (BN statistics cover all of them;
+    :meth:`~SmoothingMethod.noisy_logits`); z_ij are the logits of copy j of image i:
 
     - L_C,i = −log((1/k) Σ_j softmax(z_ij)_{y_i} + 1e−10)  (soft-smoothed CE, β = 1);
     - p̂_i = (1/k) Σ_j softmax(β·z_ij); p_A ≥ p_B its top two, c_i its argmax;
@@ -98,11 +98,9 @@ class MACER(SmoothingMethod):
         return (self.sigma / 2) * (self.gamma - xi).sum()
 
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
-        k = self.num_noise_vec
-        repeated, noise = self.noisy_copies(x, k)
-        # float32 under bf16-mixed: in bf16 any p_A > 0.999 rounds to 1 and Phi^-1(p_A) to inf, so such images
-        # would leave the hinge (masked) although xi <= gamma; and the soft CE would be a bf16 number.
-        logits = noise_copies(loss_precision(self.model(repeated + noise)), k)  # (k, B, K)
+        # (k, B, K), float32 under bf16-mixed: in bf16 any p_A > 0.999 rounds to 1 and Phi^-1(p_A) to inf, so
+        # such images would leave the hinge (masked) although xi <= gamma; and the soft CE would be bf16.
+        logits, _ = self.noisy_logits(x, self.num_noise_vec)
         p_y = smoothed_softmax(logits).gather(1, y[:, None]).squeeze(1)
         classification = -torch.log(p_y + 1e-10).sum()
         lbd = self.robustness_weight()

@@ -7,7 +7,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from rs_lightning.attacks import noise_copies
 from rs_lightning.attacks.smoothadv import smoothadv_ddn, smoothadv_pgd, smoothadv_pgd_nograd
 from rs_lightning.validation import ConfigError, require_at_least, require_open_unit, require_positive
 
@@ -23,7 +22,7 @@ class SmoothAdv(SmoothingMethod):
     Step semantics (per loader batch of B images, ``m = num_noise_vec``):
 
     - ``multi_noise: true`` (``--train-multi-noise``): ``num_chunks = m``, so m optimizer steps per loader
-      batch, each on B' = ⌊B/m⌋ images. Per chunk: draw m noises per image (image-major copies), attack x
+      batch, each on B' = ⌊B/m⌋ images. Per chunk: draw m noises per image (``(m, B', ...)``), attack x
       with them (eval mode, frozen parameters), then L = (1/(B'm)) sum_{i,j} CE(f(x_hat_i + delta_ij), y_i)
       with the **same** delta_ij, x_hat a constant (train mode).
     - ``multi_noise: false``: one step per loader batch. The batch is attacked in m chunks of ⌈B/m⌉ images
@@ -114,8 +113,7 @@ class SmoothAdv(SmoothingMethod):
 
     def _attacked_copies(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(x_hat, noise (m, B, ...)) with m fresh draws per image."""
-        _, noise = self.noisy_copies(x, self.num_noise_vec)
-        noise = noise_copies(noise, self.num_noise_vec)
+        noise = self.draw_noise(x, self.num_noise_vec)
         return self.adversarial_examples(x, y, noise), noise
 
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
@@ -123,11 +121,12 @@ class SmoothAdv(SmoothingMethod):
         m = self.num_noise_vec
         if self.multi_noise:
             x_adv, noise = self._attacked_copies(x, y)
-            inputs = x_adv.unsqueeze(1) + noise.transpose(0, 1)  # (B', m, ...): image-major copies
-            logits = self.model(inputs.reshape(-1, *x.shape[1:]))
-            return F.cross_entropy(logits, y.repeat_interleave(m))
-        noisy = []
+            logits, _ = self.noisy_logits(x_adv, noise=noise)  # (m, B', K), train mode
+            return F.cross_entropy(logits.flatten(0, 1), y.repeat(m))
+        x_adv, first = [], []
         for xc, yc in zip(x.split(math.ceil(len(x) / m)), y.split(math.ceil(len(x) / m)), strict=True):
-            x_adv, noise = self._attacked_copies(xc, yc)
-            noisy.append(x_adv + noise[0])
-        return F.cross_entropy(self.model(torch.cat(noisy)), y)
+            x_hat, noise = self._attacked_copies(xc, yc)
+            x_adv.append(x_hat)
+            first.append(noise[:1])  # draw 1 of each image
+        logits, _ = self.noisy_logits(torch.cat(x_adv), noise=torch.cat(first, dim=1))
+        return F.cross_entropy(logits[0], y)

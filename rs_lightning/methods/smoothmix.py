@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rs_lightning.attacks import frozen_eval, loss_precision, noise_copies, smoothed_softmax
 from rs_lightning.attacks.smoothmix import smoothmix_pgd
+from rs_lightning.smoothing.soft import frozen_eval, smoothed_softmax
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
 from .base import SmoothingMethod
@@ -87,17 +87,9 @@ class SmoothMix(SmoothingMethod):
         gen = self.noise_generator
         return torch.rand(like.shape[0], generator=gen, device=like.device, dtype=like.dtype) / 2
 
-    def _forward_copies(self, x: torch.Tensor, noises: torch.Tensor) -> torch.Tensor:
-        """Logits ``(m, B, K)`` of f(x + δ_i), all m·B copies in one (train-mode) forward pass; float32 under
-        bf16-mixed (:func:`~rs_lightning.attacks.common.loss_precision`): the CE, p̄ and KL arithmetic is ours,
-        and the gradients of the CE and mixup terms then add up in float32."""
-        m, b = noises.shape[:2]
-        logits = self.model((x.unsqueeze(0) + noises).reshape(m * b, *x.shape[1:]))
-        return loss_precision(logits).view(m, b, -1)
-
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
         m = self.num_noise_vec
-        noises = noise_copies(self.noisy_copies(x, m)[1], m)  # (m, B, ...), fixed for the whole step
+        noises = self.draw_noise(x, m)  # (m, B, ...), fixed for the whole step
         w_e = self.warmup(self.warmup_epochs)
         with frozen_eval(self.model):
             x_c, x_adv = smoothmix_pgd(
@@ -111,7 +103,9 @@ class SmoothMix(SmoothingMethod):
                 clean_radius=w_e * self.maxnorm_s,
                 maxnorm=self.maxnorm,
             )
-        logits_c = self._forward_copies(x_c, noises)
+        # (m, B, K) in train mode, float32 under bf16-mixed: the CE, p̄ and KL arithmetic is ours, and the
+        # gradients of the CE and mixup terms then add up in float32
+        logits_c, _ = self.noisy_logits(x_c, noise=noises)
         loss_ce = F.cross_entropy(logits_c.flatten(0, 1), y.repeat(m))
         p_bar = smoothed_softmax(logits_c)  # not detached (reference behaviour, §1.3)
 
@@ -119,7 +113,7 @@ class SmoothMix(SmoothingMethod):
         lam_x = lam.view(-1, *([1] * (x.dim() - 1)))
         x_mix = (1 - lam_x) * x_c + lam_x * x_adv
         y_mix = (1 - lam[:, None]) * p_bar + lam[:, None] / p_bar.shape[1]
-        log_probs = F.log_softmax(self._forward_copies(x_mix, noises), dim=-1)
+        log_probs = F.log_softmax(self.noisy_logits(x_mix, noise=noises)[0], dim=-1)
         kl = F.kl_div(log_probs, y_mix.expand_as(log_probs), reduction="none").sum(-1)  # (m, B)
         correct = (p_bar.argmax(dim=1) == y).to(kl.dtype)
         loss_mix = (correct * kl).mean()

@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rs_lightning.attacks import frozen_eval, normalize_l2, per_sample_norm, project_l2, smoothed_nll
+from rs_lightning.attacks import normalize_l2, per_sample_norm, project_l2
+from rs_lightning.smoothing.soft import frozen_eval, smoothed_nll
 
 
 def test_smoothed_nll_is_log_of_averaged_softmax():

@@ -35,6 +35,9 @@ def test_experiment_composes_and_runs_one_batch(name, tmp_path):
         ],
     }[dataset]
     model = ["model=cifar_resnet20"] if "CIFARResNet" in cfg.model._target_ else []
+    # CAT-RS refuses to train without the soft labels of a pre-trained model (tests/methods/test_catrs.py);
+    # for one batch the one-hot fallback exercises the same code
+    onehot = ["method.allow_onehot=true"] if cfg.method._target_.endswith(".CATRS") else []
     result = train(
         train_config(
             tmp_path,
@@ -43,6 +46,7 @@ def test_experiment_composes_and_runs_one_batch(name, tmp_path):
                 "data=npz",
                 *swap,
                 *model,
+                *onehot,
                 "optim.batch_size=8",
                 "debug=fast_dev_run",
                 "logger=none",

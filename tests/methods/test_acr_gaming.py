@@ -18,9 +18,9 @@ from torch.utils.data import DataLoader, Dataset
 from rs_lightning.attacks.noise_space import sphere_noise_pgd
 from rs_lightning.cli.train import train
 from rs_lightning.data.base import IndexedDataset, RSDataModule
+from rs_lightning.data.curation import STATE_KEY, interleave_shares, radius_weights
 from rs_lightning.data.sampling import ResamplingSampler
-from rs_lightning.methods.acr_gaming import STATE_KEY, ACRGaming
-from rs_lightning.methods.curation import interleave_shares, radius_weights
+from rs_lightning.methods.acr_gaming import ACRGaming
 from rs_lightning.validation import ConfigError
 
 SIGMA, K = 0.25, 10
@@ -111,7 +111,9 @@ def test_discard_keeps_exactly_the_inputs_with_p_hat_above_tau_from_that_epoch_o
     levels, right = _toy()
     method = _method(Recording, ds_epoch=ds_epoch, reweight=False)
     _fit(method, ToyData(levels, batch_size=8, num_workers=workers), epochs=ds_epoch + 2)
-    assert method.sampler.subset is not None and set(method.sampler.subset.tolist()) == right
+    assert (
+        method.curation.sampler.subset is not None and set(method.curation.sampler.subset.tolist()) == right
+    )
     for epoch in range(ds_epoch + 2):
         seen = method.seen[epoch]
         assert len(seen) == len(levels), "the epoch length stays the full dataset size"
@@ -126,8 +128,8 @@ def test_reweight_without_discard_uses_radius_weights_of_all_inputs():
     levels, right = _toy()
     method = _method(discard_hard=False, reweight=True, ds_epoch=0, reweight_every=1)
     _fit(method, ToyData(levels, batch_size=8), epochs=1)
-    assert method.sampler.subset is None
-    w = method.sampler.weights.numpy()
+    assert method.curation.sampler.subset is None
+    w = method.curation.sampler.weights.numpy()
     expected = np.where(np.isin(np.arange(len(levels)), list(right)), norm.ppf(0.1 ** (1 / 16)), 0.0)
     expected[expected == 0] = norm.ppf(beta.ppf(0.1, 12, 5))  # p̂ = 0 is clipped to 0.75 -> k = 12
     np.testing.assert_allclose(w, expected, rtol=1e-12)
@@ -140,7 +142,7 @@ def test_discard_from_a_p_hat_file(tmp_path):
     np.save(path, p_hat)
     method = _method(ds_epoch=0, discard_pa_file=str(path), discard_threshold=0.3, reweight=False)
     _fit(method, ToyData(levels, batch_size=8), epochs=1)
-    assert method.sampler.subset.tolist() == np.flatnonzero(p_hat >= 0.3).tolist()
+    assert method.curation.sampler.subset.tolist() == np.flatnonzero(p_hat >= 0.3).tolist()
     np.save(path, p_hat[:10])
     method = _method(ds_epoch=0, discard_pa_file=str(path), reweight=False)
     with pytest.raises(ConfigError, match=r"method.discard_pa_file.*shape \[10\].*40"):
@@ -157,16 +159,17 @@ def test_resume_restores_the_pool_and_weights_without_re_estimating(tmp_path):
                   limit_val_batches=0, accelerator="cpu", default_root_dir=tmp_path)  # fmt: skip
     pl.Trainer(max_epochs=2, **kwargs).fit(first, datamodule=data)
     second = _method(Recording, ds_epoch=1, reweight=True)
-    second._discard = second._reweight = lambda epoch: pytest.fail("re-estimated after resume")
+    curation = second.curation  # the data curation estimates p_hat
+    curation._discard = curation._reweight = lambda epoch: pytest.fail("re-estimated after resume")
     data = ToyData(levels, batch_size=8)
     data.train_with_index = True
     checkpoint = next((tmp_path / "checkpoints").glob("*.ckpt"))
     kwargs["enable_checkpointing"] = False
     pl.Trainer(max_epochs=3, **kwargs).fit(second, datamodule=data, ckpt_path=checkpoint)
     assert list(second.seen) == [2] and set(second.seen[2]) <= right
-    assert torch.equal(second.sampler.subset, first.sampler.subset)
-    assert torch.equal(second.sampler.weights, first.sampler.weights)
-    assert second._stats["kept_inputs"] == len(right), "the restored pool is logged again"
+    assert torch.equal(second.curation.sampler.subset, first.curation.sampler.subset)
+    assert torch.equal(second.curation.sampler.weights, first.curation.sampler.weights)
+    assert second.curation._stats["kept_inputs"] == len(right), "the restored pool is logged again"
 
 
 def test_radius_weights_for_k_12_to_16_match_scipy():
@@ -188,17 +191,17 @@ def test_rank_strided_shares_are_reassembled_in_index_order():
 
 
 def test_sampler_state_survives_a_weights_only_checkpoint(tmp_path):
-    method = _method()
+    method = _method().curation  # the data curation owns the pool's checkpoint state
     method.sampler = ResamplingSampler(6, seed=0)
     method.sampler.set_subset([1, 3, 5])
     method.sampler.set_weights([0.2, 0.3, 0.5])
     method._discarded = True
     checkpoint = {}
-    method.on_save_checkpoint(checkpoint)
+    method.on_save_checkpoint(None, None, checkpoint)
     torch.save(checkpoint, tmp_path / "c.pt")
-    restored = _method()
+    restored = _method().curation
     restored.sampler = ResamplingSampler(6, seed=0)
-    restored.on_load_checkpoint(torch.load(tmp_path / "c.pt", weights_only=True))
+    restored.on_load_checkpoint(None, None, torch.load(tmp_path / "c.pt", weights_only=True))
     assert STATE_KEY in checkpoint and restored._discarded
     assert restored.sampler.subset.tolist() == [1, 3, 5]
     assert restored.sampler.weights.tolist() == [0.2, 0.3, 0.5]
@@ -356,7 +359,8 @@ def test_training_loss_is_ce_on_the_sphere_attacked_copies_from_the_attack_epoch
                      attack_step_size=eta, ds_epoch=5, attack_epoch=2)  # fmt: skip
     x, y, _ = _batch(model, 4, wrong=1)
     noise = SIGMA * torch.randn(4 * m, 1, 8, 8, generator=torch.Generator().manual_seed(7))
-    method.gaussian_noise = lambda like, generator=None: noise
+    copies = noise.view(4, m, 1, 8, 8).transpose(0, 1)  # the method's (m, B, ...) view of the draws
+    method.gaussian_noise = lambda like, generator=None: copies
     x_rep, y_rep = x.repeat_interleave(m, dim=0), y.repeat_interleave(m)
     method.epoch = 1
     plain = F.cross_entropy(model(x_rep + noise), y_rep)
@@ -517,7 +521,10 @@ class RecordingToFile(Recording):
         import json
         from pathlib import Path
 
-        record = {"subset": self.sampler.subset.tolist(), "seen": {str(k): v for k, v in self.seen.items()}}
+        record = {
+            "subset": self.curation.sampler.subset.tolist(),
+            "seen": {str(k): v for k, v in self.seen.items()},
+        }
         Path(self.out, f"rank{self.global_rank}.json").write_text(json.dumps(record))
 
 

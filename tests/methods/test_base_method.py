@@ -8,7 +8,6 @@ import pytest
 import torch
 from rs_testing import train_config
 
-from rs_lightning.attacks import noise_copies
 from rs_lightning.cli.train import train
 from rs_lightning.data import DigitsDataModule
 from rs_lightning.methods import GaussianAugmentation
@@ -27,13 +26,14 @@ class Recording(GaussianAugmentation):
         return super().training_loss(x, y)
 
 
-def _method(num_chunks: int) -> Recording:
+def _method(num_chunks: int, noise_seed: int = 0) -> Recording:
     net = DigitsCNN(input_shape=(1, 8, 8), num_classes=10)
     return Recording(
         build_classifier(net, None, None),
         sigma=0.25,
         num_chunks=num_chunks,
         optimizer=functools.partial(torch.optim.SGD, lr=0.01),
+        noise_seed=noise_seed,
     )
 
 
@@ -75,14 +75,37 @@ def test_lr_schedule_steps_after_each_epoch(tmp_path):
     assert lr == pytest.approx([0.05, 0.005, 0.0005])
 
 
-def test_noisy_copies_are_image_major_and_scaled_by_sigma():
+def test_noisy_logits_are_copy_major_scaled_by_sigma_and_reproducible_per_seed():
+    """The one copy layout: noise (m, B, ...) with noise[j, b] = draw j of image b, logits (m, B, K) with
+    logits[j, b] = f(x[b] + noise[j, b]), all m·B copies in one forward pass (row j·B + b)."""
+    m, b = 16, 3
     method = _method(1)
-    x = torch.arange(3.0).view(3, 1, 1, 1).expand(3, 1, 8, 8)
-    repeated, noise = method.noisy_copies(x, 4)
-    assert repeated[:, 0, 0, 0].tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
-    assert noise.std().item() == pytest.approx(0.25, rel=0.05)
-    per_copy = noise_copies(noise, 4)  # (m, B, ...): copy j of image b is row b*m + j
-    assert torch.equal(per_copy[2, 1], noise[1 * 4 + 2])
+    x = torch.rand(b, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    batches = []
+    method.model.register_forward_pre_hook(lambda module, args: batches.append(args[0].detach().clone()))
+    logits, noise = method.noisy_logits(x, m)
+    assert noise.shape == (m, b, 1, 8, 8) and logits.shape == (m, b, 10)
+    assert len(batches) == 1 and batches[0].shape == (m * b, 1, 8, 8)
+    with torch.no_grad():
+        for j in range(m):
+            for i in range(b):
+                assert torch.equal(batches[0][j * b + i], x[i] + noise[j, i])
+                torch.testing.assert_close(logits[j, i], method.model((x[i] + noise[j, i])[None])[0])
+    assert noise.mean().abs().item() < 0.02 and noise.std().item() == pytest.approx(0.25, rel=0.03)
+    assert not torch.equal(noise[0], noise[1]), "every copy has its own draw"
+
+    same, other = _method(1), _method(1, noise_seed=1)
+    assert torch.equal(same.draw_noise(x, m), noise), "the same noise_seed gives the same draws"
+    assert not torch.equal(other.draw_noise(x, m), noise)
+    fresh = _method(1)
+    expected = 0.25 * torch.randn((m, b, 1, 8, 8), generator=fresh.noise_generator)
+    assert torch.equal(noise, expected), "copy-major draw order from the rank's training-noise stream"
+
+    x_other, calls = x.flip(0), len(batches)  # given draws are reused as they are, on another base point
+    again, reused = method.noisy_logits(x_other, noise=noise)
+    assert reused is noise and len(batches) == calls + 1
+    assert torch.equal(batches[-1], (x_other.unsqueeze(0) + noise).flatten(0, 1))
+    torch.testing.assert_close(again[2, 1], method.model(x_other[1:2] + noise[2, 1:2])[0])
 
 
 def test_warmup_factor():

@@ -22,15 +22,17 @@ SIGMA = 0.5
 
 
 class FixedLogits(nn.Module):
-    """Ignores its input and returns the parameter ``z`` (one row per noisy copy)."""
+    """Ignores its input and returns the parameter ``z`` (one row per noisy copy, image-major: row i*k + j is
+    copy j of image i), in the order of the method's copy-major batch (row j*B + i)."""
 
-    def __init__(self, z: torch.Tensor) -> None:
+    def __init__(self, z: torch.Tensor, copies: int) -> None:
         super().__init__()
         self.z = nn.Parameter(z.clone())
+        self.copies = copies
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         assert len(x) == len(self.z)
-        return self.z
+        return self.z.view(-1, self.copies, self.z.shape[-1]).transpose(0, 1).reshape(self.z.shape)
 
 
 def _macer(model: nn.Module, **kwargs) -> MACER:
@@ -38,9 +40,12 @@ def _macer(model: nn.Module, **kwargs) -> MACER:
 
 
 def _fix_noise(method: MACER, noise: torch.Tensor) -> None:
+    """``noise`` is image-major (row i*k + j is copy j of image i); the method draws ``(k, B, ...)``."""
+
     def fixed(like, generator=None):
-        assert like.shape == noise.shape
-        return noise
+        copies = noise.view(-1, like.shape[0], *noise.shape[1:]).transpose(0, 1)
+        assert like.shape == copies.shape
+        return copies
 
     method.gaussian_noise = fixed
 
@@ -89,7 +94,7 @@ def test_loss_matches_the_formula_with_image_major_copies():
 
 
 def _loss(z: torch.Tensor, y, **kwargs) -> torch.Tensor:
-    method = _macer(FixedLogits(z), num_noise_vec=z.shape[0] // len(y), **kwargs)
+    method = _macer(FixedLogits(z, z.shape[0] // len(y)), num_noise_vec=z.shape[0] // len(y), **kwargs)
     _fix_noise(method, torch.zeros(z.shape[0], 1, 8, 8))
     return method.training_loss(torch.zeros(len(y), 1, 8, 8), torch.as_tensor(y))
 
@@ -124,7 +129,7 @@ def test_the_robustness_term_is_masked(z, y, gamma, has_term):
 
 def test_infinite_xi_is_masked_without_nan_gradients():
     z = torch.tensor([[30.0, 0.0, 0.0], [30.0, 0.0, 0.0], [1.0, 0.5, 0.0], [0.9, 0.4, 0.0]])
-    method = _macer(FixedLogits(z), num_noise_vec=2, beta=16.0, gamma=8.0, lbd=12.0)
+    method = _macer(FixedLogits(z, 2), num_noise_vec=2, beta=16.0, gamma=8.0, lbd=12.0)
     _fix_noise(method, torch.zeros(4, 1, 8, 8))
     loss = method.training_loss(torch.zeros(2, 1, 8, 8), torch.tensor([0, 0]))
     loss.backward()
@@ -137,7 +142,7 @@ def test_gradient_flows_through_both_p_a_and_p_b():
     formula with p_A or p_B detached."""
     beta, gamma, lbd, k = 2.0, 8.0, 5.0, 2
     z = Z.double()
-    method = _macer(FixedLogits(z), num_noise_vec=k, beta=beta, gamma=gamma, lbd=lbd)
+    method = _macer(FixedLogits(z, k), num_noise_vec=k, beta=beta, gamma=gamma, lbd=lbd)
     _fix_noise(method, torch.zeros(2, 1, 8, 8, dtype=torch.float64))
     method.training_loss(torch.zeros(1, 1, 8, 8, dtype=torch.float64), torch.tensor([0])).backward()
     grad = method.model.z.grad
@@ -177,7 +182,7 @@ def test_lambda_zero_is_the_soft_smoothed_cross_entropy():
 )
 def test_deferred_epochs_zero_lambda(monkeypatch, deferred, epoch, weight):
     monkeypatch.setattr(MACER, "current_epoch", property(lambda self: epoch))
-    method = _macer(FixedLogits(Z), num_noise_vec=2, lbd=7.0, beta=1.0, deferred_epochs=deferred)
+    method = _macer(FixedLogits(Z, 2), num_noise_vec=2, lbd=7.0, beta=1.0, deferred_epochs=deferred)
     assert method.robustness_weight() == weight
     _fix_noise(method, torch.zeros(2, 1, 8, 8))
     loss = method.training_loss(torch.zeros(1, 1, 8, 8), torch.tensor([0])).item()

@@ -68,7 +68,8 @@ def test_multi_noise_loss_is_mean_ce_over_all_copies_with_the_attack_noise(monke
         seen["noise"] = noise.clone()
         return xc + shift
 
-    monkeypatch.setattr(method, "gaussian_noise", lambda like, generator=None: fixed)
+    copies = fixed.view(4, m, 1, 8, 8).transpose(0, 1)  # the method's (m, B, ...) view of the draws
+    monkeypatch.setattr(method, "gaussian_noise", lambda like, generator=None: copies)
     monkeypatch.setattr(method, "adversarial_examples", fake_attack)
     loss = method.training_loss(x, y)
     x_hat = x + shift
@@ -93,8 +94,9 @@ def test_single_noise_loss_uses_the_first_draw_and_attacks_in_m_chunks(monkeypat
 
     def fake_noise(like, generator=None):
         used.append(next(draws))
-        assert used[-1].shape == like.shape
-        return used[-1]
+        copies = used[-1].view(2, m, 1, 8, 8).transpose(0, 1)  # the method's (m, B, ...) view of the draws
+        assert copies.shape == like.shape
+        return copies
 
     def fake_attack(xc, yc, noise):
         chunk_sizes.append(len(xc))

@@ -47,9 +47,12 @@ def _method(model=None, epoch=0, **kwargs) -> AtEpoch:
 
 
 def _fixed(method, noise, lam):
-    """Fix the noises (image-major draw of B*m) and λ, and record the logged values."""
+    """Fix the noises (image-major draw of B*m, seen by the method as ``(m, B, ...)``) and λ, and record the
+    logged values."""
     logged = {}
-    method.gaussian_noise = lambda like, generator=None: noise.to(like)
+    method.gaussian_noise = lambda like, generator=None: (
+        noise.view(like.shape[1], like.shape[0], *like.shape[2:]).transpose(0, 1).to(like)
+    )
     method.draw_lambda = lambda like: lam
     method.log = lambda name, value, **kw: logged.__setitem__(name, float(value))
     return logged
