@@ -19,7 +19,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.data.base import DataFormatError, DatasetNotFoundError
-from rs_lightning.methods.base import NonFiniteLossError
+from rs_lightning.methods.faults import NonFiniteLossError
 from rs_lightning.models.checkpoint import CheckpointError, safe_instantiate
 from rs_lightning.smoothing import NonFiniteLogitsError
 from rs_lightning.validation import ConfigError, MissingValueError

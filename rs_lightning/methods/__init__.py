@@ -1,9 +1,10 @@
 """Training methods: one LightningModule per method on :class:`SmoothingMethod` (select with ``method=``)."""
 
 from .acr_gaming import ACRGaming
-from .base import CHECKPOINT_KEY, NonFiniteLossError, NonFiniteWeightsError, SmoothingMethod
+from .base import CHECKPOINT_KEY, SmoothingMethod
 from .catrs import CATRS
 from .consistency import Consistency
+from .faults import NonFiniteLossError, NonFiniteWeightsError
 from .gaussian import GaussianAugmentation
 from .macer import MACER
 from .smoothadv import SmoothAdv

@@ -35,7 +35,6 @@ when the generator is created on the module's device, i.e. after Lightning moved
 
 from __future__ import annotations
 
-import random
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -52,15 +51,14 @@ from rs_lightning.models.checkpoint import CHECKPOINT_KEY
 from rs_lightning.smoothing.soft import noisy_logits
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
-NONFINITE_POLICIES = ("stop", "skip")
-
-
-class NonFiniteLossError(RuntimeError):
-    """Training produced a non-finite loss (or weights); raised before anything non-finite is saved."""
-
-
-class NonFiniteWeightsError(NonFiniteLossError):
-    """Non-finite weights: the checkpoint is not written, so ``last.ckpt`` keeps the last good ones."""
+from .faults import (
+    NONFINITE_POLICIES,
+    NonFiniteLossError,
+    global_rng_states,
+    gradients_finite,
+    require_finite_weights,
+    set_global_rng_states,
+)
 
 
 class SmoothingMethod(pl.LightningModule):
@@ -205,7 +203,7 @@ class SmoothingMethod(pl.LightningModule):
             if not self._finite_or_skip(loss, optimizer):
                 continue
             self.manual_backward(loss)
-            if self.on_nonfinite_loss == "skip" and not self._gradients_finite():
+            if self.on_nonfinite_loss == "skip" and not gradients_finite(self):
                 self._skip(optimizer)
                 continue
             optimizer.step()
@@ -234,10 +232,6 @@ class SmoothingMethod(pl.LightningModule):
             "saved from this state: checkpoints/last.ckpt holds the last good epoch. Lower the learning rate "
             "(optim.optimizer.lr), or pass on_nonfinite_loss=skip to skip such steps"
         )
-
-    def _gradients_finite(self) -> bool:
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        return not grads or bool(torch.stack([g.isfinite().all() for g in grads]).all())
 
     def _skip(self, optimizer) -> None:
         optimizer.zero_grad()
@@ -282,13 +276,7 @@ class SmoothingMethod(pl.LightningModule):
 
     # ----------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        bad = [name for name, p in self.named_parameters() if not bool(p.detach().isfinite().all())]
-        if bad:
-            raise NonFiniteWeightsError(
-                f"weights {', '.join(bad[:3])}{' …' if len(bad) > 3 else ''} are non-finite at epoch "
-                f"{self.current_epoch}, step {self.global_step}: not writing a checkpoint (the previous one "
-                "stays). Lower the learning rate (optim.optimizer.lr)"
-            )
+        require_finite_weights(self, self.current_epoch, self.global_step)
         checkpoint[CHECKPOINT_KEY] = {**self.metadata, "sigma": self.sigma}
         checkpoint["rs_lightning_noise_state"] = self.noise_generator.get_state()
         checkpoint["rs_lightning_rng_states"] = global_rng_states()
@@ -302,30 +290,3 @@ class SmoothingMethod(pl.LightningModule):
         if checkpoint.get("rs_lightning_rng_states") is not None:
             set_global_rng_states(checkpoint["rs_lightning_rng_states"])
         self.skipped_steps = int(checkpoint.get("rs_lightning_skipped_steps", 0))
-
-
-def global_rng_states() -> dict:
-    """Python, NumPy, torch CPU (and CUDA) RNG states as tensors and plain values, so that a checkpoint
-    holding them still loads with ``torch.load(weights_only=True)``."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    version, internal, gauss = random.getstate()
-    states = {
-        "python": [version, torch.tensor(internal, dtype=torch.int64), gauss],
-        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_global_rng_states(states: dict) -> None:
-    """Inverse of :func:`global_rng_states` (CUDA states only when as many devices are visible)."""
-    version, internal, gauss = states["python"]
-    random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss))
-    kind, keys, pos, has_gauss, cached = states["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(states["torch"])
-    cuda = states.get("cuda")
-    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
