@@ -3,13 +3,13 @@
 # scripts/mnist_comparison.sh on full MNIST (LeNet), sigma = 0.25 and 0.5, same reduced schedule and the same
 # certification protocol; then the comparison report and the budget view per sigma. Run it after
 # scripts/mnist_comparison.sh with the same OUT:  bash scripts/acr_gaming_comparison.sh
-# The recipe's CIFAR-10 values (tau, S, eta_s, m) are kept; its epochs are compressed like the schedule:
-# E_ds = epoch 1 of 3 (paper: 60-70 of 150) and reweighting every epoch (paper: every 10).
+# The recipe's CIFAR-10 values (tau, S, eta_s, m) are kept; its epochs are scaled like the schedule: E_ds = the
+# share 0.4 of it (paper: 60 of 150; epoch 10 of 27) and reweighting every 2 epochs (paper: every 10 of 150).
 source "$(dirname "$0")/mnist_common.sh"
 REPORTS=${REPORTS:-docs/results/mnist}
 
 run() {  # run SIGMA_TAG SIGMA TAU STEPS
-  train "acr_gaming_s$1" method=acr_gaming sigma="$2" method.ds_epoch=1 method.reweight_every=1 \
+  train "acr_gaming_s$1" method=acr_gaming sigma="$2" method.ds_epoch=0.4 method.reweight_every=2 \
     method.discard_threshold="$3" method.attack_steps="$4" method.attack_step_size=0.25
   certify "acr_gaming_s$1"
 }

@@ -5,12 +5,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/mnist_comparison}
-EPOCHS=${EPOCHS:-3}
+EPOCHS=${EPOCHS:-27}
 CERTIFY=${CERTIFY:-"n0=100 n=10000 alpha=0.001 skip=50 batch_size=400 seed=0"}   # 200 test images, one protocol
-# The reference's MNIST schedule (90 epochs: 31 / 30 / 29 at lr 0.01 / 0.001 / 0.0001) scaled to EPOCHS = 3:
-# one epoch at each rate (StepLR(1), drops from epochs 1 and 2), the same for every method (issue 11).
-COMMON="data=npz data.path=$DATA model=lenet optim.max_epochs=$EPOCHS optim.scheduler.step_size=${STEP:-1} \
-  optim.scheduler_epoch_offset=0 seed=0 \
+# The reference's 90-epoch MNIST schedule scaled by 0.3 with its structure kept: 27 short epochs, each a fresh
+# random ninth of the training set (trainer.limit_train_batches, 26 of 235 batches; 3 passes in all, as 3 full
+# epochs would be), StepLR(9) = 30 x 0.3, each experiment's own scheduler_epoch_offset (the legacy timing:
+# drops take effect from epochs 10 and 19, reference 31 and 61), 10-epoch warm-ups -> 3 (WARMUP), MACER's
+# lambda on with the first drop (its experiment's deferred_epochs=lr_drop). The same schedule for every method.
+STEP=${STEP:-9}
+WARMUP=${WARMUP:-3}
+LIMIT=${LIMIT:-0.1111}
+COMMON="data=npz data.path=$DATA model=lenet optim.max_epochs=$EPOCHS optim.scheduler.step_size=$STEP \
+  trainer.limit_train_batches=$LIMIT seed=0 \
   trainer.enable_progress_bar=false logger=csv ${EXTRA:-}"   # EXTRA: more overrides (e.g. for a dry run)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT"
