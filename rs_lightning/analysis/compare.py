@@ -18,6 +18,8 @@ import numpy as np
 
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS as SPEC_PROTOCOL_KEYS
 from rs_lightning.smoothing.spec import protocol_of
+from rs_lightning.smoothing.stats import NORMS, radius_scale
+from rs_lightning.validation import ConfigError
 
 from .budget import class_shares
 from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf
@@ -61,6 +63,51 @@ class Run:
     def alpha(self) -> float | None:
         alpha = self.settings.get("alpha")
         return None if alpha is None else float(alpha)
+
+    @property
+    def norm(self) -> str:
+        """The ball the ``radius`` column is for: ``l2`` (also every run written before norms existed) or
+        ``linf``."""
+        return str(self.settings.get("norm") or "l2")
+
+    @property
+    def dim(self) -> int | None:
+        """The number of input coordinates d = C·H·W, if recorded."""
+        dim = self.settings.get("dim")
+        return None if dim is None else int(dim)
+
+    @property
+    def radius_scale(self) -> float | None:
+        """s in radius = s·Φ⁻¹(pA_lower): σ (L2) or σ/√d (L∞); what budget conversions scale radii by."""
+        if self.sigma is None:
+            return None
+        return radius_scale(self.sigma, self.norm, self.dim)
+
+    def in_norm(self, norm: str | None, dim: int | None = None) -> Run:
+        """This run with its radii stated in ``norm`` (None: as certified). L2 → L∞ divides by √d (the L∞
+        ball of radius r lies in the L2 ball of radius √d·r); L∞ → L2 multiplies back, which is valid only
+        for Gaussian noise, not for a randomized pipeline (ARS certifies L∞ only). ``dim`` fills in d for
+        runs that record none."""
+        if norm is None or norm == self.norm:
+            return self
+        if norm not in NORMS:
+            raise ConfigError("--norm", norm, "one of " + ", ".join(NORMS))
+        d = self.dim if self.dim is not None else dim
+        if d is None:
+            raise ResultFileError(
+                f"{self.path}: its radii are {self.norm} and converting them to {norm} needs the input "
+                "dimension d = C*H*W, which this run does not record (a Cohen TSV, or certified before "
+                "rs-lightning recorded it): pass --dim D"
+            )
+        if norm == "l2" and self.settings.get("pipeline"):
+            raise ResultFileError(
+                f"{self.path} certifies a randomized pipeline ({self.settings['pipeline'].get('mode')}), "
+                "whose guarantee is L-infinity only: it has no L2 radius; drop --norm l2"
+            )
+        factor = 1 / np.sqrt(d) if norm == "linf" else np.sqrt(d)
+        rows = {**self.rows, "radius": self.rows["radius"] * factor}
+        settings = {**self.settings, "norm": norm, "dim": int(d), "converted_from": self.norm}
+        return Run(path=self.path, rows=rows, settings=settings, method=self.method, label=self.label)
 
     @property
     def num_inputs(self) -> int:
@@ -356,8 +403,11 @@ def dominance_matrix(group: list[Run], pairs: list[dict]) -> list[list[str]]:
     return matrix
 
 
-def default_radii(runs: list[Run], step: float = 0.25, max_columns: int = 12) -> list[float]:
-    """0, step, … up to the largest radius any run certified (step doubled until ≤ ``max_columns``)."""
+def default_radii(runs: list[Run], step: float | None = None, max_columns: int = 12) -> list[float]:
+    """0, step, … up to the largest radius any run certified (step doubled until ≤ ``max_columns``); step
+    None = 0.25 for L2 radii and 1/255 for L∞."""
+    if step is None:
+        step = 1 / 255 if runs and all(r.norm == "linf" for r in runs) else 0.25
     top = max(float(np.max(r.rows["radius"], initial=0.0)) for r in runs)
     while top / step + 1 > max_columns:
         step *= 2

@@ -46,9 +46,18 @@ def pa_ecdf(pa, grid=ECDF_GRID) -> np.ndarray:
     return (pa[None, :] >= grid[:, None] - 1e-12).mean(axis=1)
 
 
-def radius_grid(sigma: float, n: int, alpha: float, step: float = 0.25) -> np.ndarray:
-    """Radii 0, step, 2·step, ... up to the largest radius certifiable with ``n`` samples."""
-    top = max_certifiable_radius(sigma, n, alpha)
+DEFAULT_RADIUS_STEPS = {"l2": 0.25, "linf": 1 / 255}
+"""Certified-accuracy grid spacing per norm when none is given: 0.25 (L2, as Cohen et al.) and one 8-bit
+grey level 1/255 (L∞, as ARS reports)."""
+
+
+def radius_grid(
+    sigma: float, n: int, alpha: float, step: float | None = None, norm: str = "l2", dim: int | None = None
+) -> np.ndarray:
+    """Radii 0, step, 2·step, ... up to the largest radius certifiable with ``n`` samples in ``norm``
+    (L∞ needs the input dimension ``dim``); ``step`` None = :data:`DEFAULT_RADIUS_STEPS` of the norm."""
+    top = max_certifiable_radius(sigma, n, alpha, norm, dim)
+    step = DEFAULT_RADIUS_STEPS[norm] if step is None else step
     return np.round(np.arange(0.0, top + 1e-9, step), 6)
 
 

@@ -25,17 +25,24 @@ def place_legend(ax, entries: int, **kwargs) -> None:
         ax.legend(**kwargs)
 
 
+NORM_LABELS = {"l2": "L2", "linf": "L∞"}
+
+
 def certified_accuracy_figure(
-    runs: Mapping[str, tuple[np.ndarray, np.ndarray]], max_radius: float | None = None
+    runs: Mapping[str, tuple[np.ndarray, np.ndarray]], max_radius: float | None = None, norm: str = "l2"
 ):
-    """Certified accuracy vs radius; ``runs`` maps a label to ``(radius, correct)`` arrays."""
+    """Certified accuracy vs radius in ``norm``; ``runs`` maps a label to ``(radius, correct)`` arrays."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    top = max_radius or max([float(np.max(r, initial=0.0)) for r, _ in runs.values()] + [0.25]) * 1.05
+    floor = 0.25 if norm == "l2" else 1 / 255
+    top = max_radius or max([float(np.max(r, initial=0.0)) for r, _ in runs.values()] + [floor]) * 1.05
     grid = np.linspace(0.0, top, 400)
     for label, (radius, correct) in runs.items():
         ax.plot(grid, certified_accuracy(radius, correct, grid), label=label)
     ax.set(
-        xlabel="radius (L2, [0,1] pixel units)", ylabel="certified accuracy", ylim=(0, 1.02), xlim=(0, top)
+        xlabel=f"radius ({NORM_LABELS[norm]}, [0,1] pixel units)",
+        ylabel="certified accuracy",
+        ylim=(0, 1.02),
+        xlim=(0, top),
     )
     ax.grid(alpha=0.3)
     place_legend(ax, len(runs))

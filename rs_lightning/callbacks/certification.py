@@ -9,6 +9,8 @@ world_size-th input of the subset and the torchmetrics states are gathered.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -22,6 +24,7 @@ from rs_lightning.analysis.results import certify_rows
 from rs_lightning.data.subset import evenly_spaced
 from rs_lightning.metrics import AverageCertifiedRadius, CertifiedAccuracy, PAEcdf, PAEstimates
 from rs_lightning.smoothing import CertificationSpec, certify_dataset
+from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
 from rs_lightning.validation import require_at_least, require_positive
 
@@ -40,7 +43,9 @@ class CertificationCallback(pl.Callback):
         n0, n, alpha: CERTIFY's selection draws, estimation draws and failure probability.
         batch_size: forward batch size of the engine.
         seed: noise seed (same meaning as in ``certify.py``).
-        radius_step: spacing of the logged certified-accuracy radii (up to the largest certifiable one).
+        radius_step: spacing of the logged certified-accuracy radii (up to the largest certifiable one);
+            null = 0.25 for L2 and 1/255 for L∞ (a method whose certified model is an ARS pipeline is
+            certified in L∞, every other in L2).
         sigma: certification noise; defaults to the method's training sigma.
         precision, channels_last, compile: how the base network is evaluated, as in ``certify.py``.
     """
@@ -54,7 +59,7 @@ class CertificationCallback(pl.Callback):
         alpha: float = 0.001,
         batch_size: int = 1000,
         seed: int = 0,
-        radius_step: float = 0.25,
+        radius_step: float | None = None,
         sigma: float | None = None,
         precision: str = "32",
         channels_last: bool = False,
@@ -62,7 +67,8 @@ class CertificationCallback(pl.Callback):
     ) -> None:
         require_at_least(PREFIX + "every_n_epochs", every_n_epochs, 1)
         require_at_least(PREFIX + "num_inputs", num_inputs, 1)
-        require_positive(PREFIX + "radius_step", radius_step)
+        if radius_step is not None:
+            require_positive(PREFIX + "radius_step", radius_step)
         settings = dict(sigma=sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed)
         settings |= dict(precision=precision, channels_last=channels_last, compile=compile)
         self.spec = CertificationSpec.from_dict(settings, prefix=PREFIX)
@@ -101,9 +107,13 @@ class CertificationCallback(pl.Callback):
         if trainer.sanity_checking or not self._due(trainer):
             return
         spec = self.spec if self.spec.sigma is not None else self.spec.with_sigma(float(pl_module.sigma))
+        model = getattr(pl_module, "certified_model", pl_module.model)
+        if pipeline_of(model) is not None:  # ARS: certified in L-infinity only
+            spec = dataclasses.replace(spec, norm="linf")
         dataset = trainer.datamodule.dataset(spec.split)
         indices = self.subset(len(dataset))
-        radii = radius_grid(spec.sigma, spec.n, spec.alpha, self.radius_step)
+        dim = math.prod(trainer.datamodule.input_shape)
+        radii = radius_grid(spec.sigma, spec.n, spec.alpha, self.radius_step, spec.norm, dim)
         device = pl_module.device
         metrics = {
             "pa": PAEstimates(),
@@ -114,9 +124,9 @@ class CertificationCallback(pl.Callback):
         for metric in metrics.values():
             metric.to(device)
         abstained = 0
-        was_training = pl_module.model.training
+        was_training = pl_module.training
         for result, labels, seconds in certify_dataset(
-            pl_module.model,
+            model,
             dataset,
             indices[trainer.global_rank :: trainer.world_size],
             spec,
@@ -134,7 +144,7 @@ class CertificationCallback(pl.Callback):
                     torch.as_tensor(column["radius"]),
                     torch.as_tensor(pa),
                 )
-        pl_module.model.train(was_training)
+        pl_module.train(was_training)
         _, pa = metrics["pa"].compute()
         values = {"val/acr": metrics["acr"].compute(), "val/pa_mean": pa.mean()}
         for r, acc in zip(radii, torch.atleast_1d(metrics["cert"].compute()), strict=True):

@@ -9,8 +9,10 @@ different statistical settings (sigma, n0, n, alpha, seed, split, checkpoint, mo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 import platform
 from pathlib import Path
 
@@ -46,6 +48,8 @@ from rs_lightning.models.checkpoint import load_classifier
 from rs_lightning.models.normalize import build_classifier
 from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_published
 from rs_lightning.smoothing import CertificationSpec, run_dataset
+from rs_lightning.smoothing.engine import check_norm_supported
+from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
 from rs_lightning.smoothing.spec import protocol_of
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
@@ -235,8 +239,22 @@ def format_summary(summary: dict) -> str:
 
 
 def spec_from_config(cfg: DictConfig) -> CertificationSpec:
-    """The run's :class:`CertificationSpec` (sigma None until the checkpoint gives it); validates each key."""
-    return CertificationSpec.from_dict(plain(cfg))
+    """The run's :class:`CertificationSpec` (sigma None until the checkpoint gives it, ``norm=null`` read as
+    l2 until :func:`resolve_norm`); validates each key."""
+    values = plain(cfg)
+    if values.get("norm") is None:
+        values.pop("norm", None)
+    return CertificationSpec.from_dict(values)
+
+
+def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model) -> CertificationSpec:
+    """``norm=null``: L∞ for a randomized pipeline (ARS certifies only L∞), else L2; an explicit norm must be
+    one the model's accounting certifies (checked before any work)."""
+    pipeline = pipeline_of(model)
+    if cfg.get("norm") is None:
+        spec = dataclasses.replace(spec, norm=pipeline.norms[0] if pipeline is not None else "l2")
+    check_norm_supported(model, spec.norm)
+    return spec
 
 
 def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
@@ -244,7 +262,8 @@ def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
     spec = spec_from_config(cfg)
     require_at_least("skip", cfg.skip, 1)
     require_at_least("start", cfg.start, 0)
-    require_positive("radius_step", cfg.radius_step)
+    if cfg.radius_step is not None:
+        require_positive("radius_step", cfg.radius_step)
     parse_shard(cfg.get("shard"))
     if cfg.get("checkpoint_format") is not None:
         if cfg.checkpoint_format not in FORMATS:
@@ -323,7 +342,9 @@ def certify(cfg: DictConfig) -> dict:
         tune_cpu_allocator()
     checkpoint = None if cfg.checkpoint is None else Path(cfg.checkpoint)
     model, meta, datamodule, sigma = load_model_and_data(cfg, checkpoint, device)
-    spec = spec.with_sigma(sigma)
+    spec = resolve_norm(cfg, spec.with_sigma(sigma), model)
+    if pipeline_of(model) is not None:
+        pipeline_of(model).sigma = sigma  # the pipeline's accounting holds at any sigma
     dataset = datamodule.dataset(spec.split)
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
 
@@ -337,8 +358,10 @@ def certify(cfg: DictConfig) -> dict:
         "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),
         "model": meta["model"],
         "data": datamodule.describe(),
+        "dim": math.prod(datamodule.input_shape),
+        "pipeline": meta.get("pipeline"),
         "checkpoint_format": meta.get("checkpoint_format"),
-        "radius_step": float(cfg.radius_step),
+        "radius_step": None if cfg.radius_step is None else float(cfg.radius_step),
         "devices": device_names(
             trainer.strategy.root_device if distributed else device, trainer.world_size if distributed else 1
         ),
@@ -389,7 +412,7 @@ def certify(cfg: DictConfig) -> dict:
     return finish_run(out, settings, cfg.radius_step)
 
 
-def finish_run(out: Path, settings: dict, radius_step: float = 0.25) -> dict:
+def finish_run(out: Path, settings: dict, radius_step: float | None = None) -> dict:
     """``summary.json`` and the plots of a complete run folder, from its table and ``settings.json``."""
     spec = CertificationSpec.from_dict(settings)
     sigma = spec.sigma
@@ -399,7 +422,7 @@ def finish_run(out: Path, settings: dict, radius_step: float = 0.25) -> dict:
     keep = in_subset(rows["idx"], settings["subset"])
     rows = {k: v[keep] for k, v in rows.items()}
     if certifying:
-        radii = radius_grid(sigma, spec.n, spec.alpha, radius_step)
+        radii = radius_grid(sigma, spec.n, spec.alpha, radius_step, spec.norm, settings.get("dim"))
         summary = summarize(
             rows["radius"],
             rows["correct"],
@@ -418,7 +441,7 @@ def finish_run(out: Path, settings: dict, radius_step: float = 0.25) -> dict:
     if certifying:
         label = f"sigma={sigma:g}, n={spec.n}" + (" (ISS)" if spec.sampling == "iss" else "")
         save_figure(
-            certified_accuracy_figure({label: (rows["radius"], rows["correct"])}),
+            certified_accuracy_figure({label: (rows["radius"], rows["correct"])}, norm=spec.norm),
             out / "certified_accuracy.png",
         )
         save_figure(
@@ -446,6 +469,6 @@ def merge_run(out: str | Path, radius_step: float | None = None) -> dict:
             f"{out}: {len(missing)} of {len(indices)} inputs are in no part yet (idx {missing[:10]}"
             f"{' …' if len(missing) > 10 else ''}); certify the missing parts (shard=i/k) first"
         )
-    summary = finish_run(out, settings, radius_step or settings.get("radius_step", 0.25))
+    summary = finish_run(out, settings, radius_step or settings.get("radius_step"))
     print(format_summary(summary))
     return summary

@@ -55,7 +55,7 @@ from rs_lightning.analysis.published_numbers import (
 )
 from rs_lightning.analysis.published_numbers import cell as published_cell
 from rs_lightning.analysis.results import ResultFileError
-from rs_lightning.validation import ConfigError, require_positive
+from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 DEFAULT_BUDGETS = (100, 1_000, 10_000, 100_000)
 OUTPUTS = ("report.md", "table.csv", "dominance.csv", "budget.csv", "budget_acr.png", "pa_ecdf_sigma*.png")
@@ -77,9 +77,11 @@ def method_name(run: Run) -> str | None:
     from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
 
     try:
-        return str(read_checkpoint(checkpoint)[CHECKPOINT_KEY]["method"]["_target_"]).rsplit(".", 1)[-1]
+        name = str(read_checkpoint(checkpoint)[CHECKPOINT_KEY]["method"]["_target_"]).rsplit(".", 1)[-1]
     except (CheckpointError, KeyError, TypeError):
         return None
+    pipeline = run.settings.get("pipeline")
+    return f"{name} ({pipeline.get('mode')})" if isinstance(pipeline, dict) else name
 
 
 def load(paths: Sequence[str], sigma: float | None) -> list[Run]:
@@ -139,9 +141,10 @@ def run_budget_rows(
     """Both rules at every budget for one run, flat (``ca@r`` columns); extrapolation is the rows' flag."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rows = budget_table(
-            run.pa(), n=run.n, sigma=run.sigma, alpha=run.alpha, budgets=budgets, radii=radii, rules=rules
-        )
+        rows = budget_table(  # radii scale with sigma (L2) or sigma / sqrt(d) (L-infinity)
+            run.pa(), n=run.n, sigma=run.radius_scale, alpha=run.alpha, budgets=budgets, radii=radii,
+            rules=rules,
+        )  # fmt: skip
     c, share = run.constant_reference()
     return [
         {"run": run.label, "sigma": run.sigma, "alpha": run.alpha}
@@ -150,7 +153,7 @@ def run_budget_rows(
         | {
             "constant_class": c,
             "constant_share": share,
-            "constant_acr": float(constant_classifier_acr(share, run.sigma, run.alpha, row["budget"])),
+            "constant_acr": float(constant_classifier_acr(share, run.radius_scale, run.alpha, row["budget"])),
         }
         for row in rows
     ]
@@ -181,6 +184,14 @@ def _sampling(run: Run) -> str | None:
     return f"iss {decline} (k0={iss.get('k0')}{reuse}; mean n {run.mean_n:.0f})"
 
 
+def _norm(run: Run) -> str:
+    """``l2``, ``linf (d=3136)``, or ``linf (d=…, from l2)`` for radii converted by ``--norm``."""
+    if run.norm == "l2" and "converted_from" not in run.settings:
+        return "l2"
+    source = run.settings.get("converted_from")
+    return f"{run.norm} (d={run.dim}" + (f", from {source})" if source else ")")
+
+
 def _protocol_section(runs: list[Run], differences: dict, notes: list[str]) -> list[str]:
     out = []
     if differences:
@@ -189,10 +200,12 @@ def _protocol_section(runs: list[Run], differences: dict, notes: list[str]) -> l
             f"({', '.join(differences)}); their numbers are not comparable. See the `protocol` column.**",
             "",
         ]
-    columns = ["run", "σ", "n", "n0", "α", "seed", "split", "precision", "sampling", "inputs", "folder"]
+    columns = ["run", "σ", "n", "n0", "α", "seed", "split", "precision", "sampling", "norm", "inputs"]
+    columns.append("folder")
     rows = [
         [r.label, *[None if v is None else f"{v:g}" for v in (r.sigma, r.n, r.n0, r.alpha)],
-         *[r.protocol()[k] for k in ("seed", "split", "precision")], _sampling(r), r.num_inputs, str(r.path)]
+         *[r.protocol()[k] for k in ("seed", "split", "precision")], _sampling(r), _norm(r), r.num_inputs,
+         str(r.path)]
         for r in runs
     ]  # fmt: skip
     out += ["## Settings and protocol", "", md_table(columns, rows), ""]
@@ -202,7 +215,9 @@ def _protocol_section(runs: list[Run], differences: dict, notes: list[str]) -> l
             for k, d in differences.items()
         ]
     else:
-        out.append("- All runs share the inputs (idx set), n, n0, α, seed, split, precision and sampling.")
+        out.append(
+            "- All runs share the inputs (idx set), n, n0, α, seed, split, precision, sampling and norm."
+        )
     if unknown := unverified_keys(runs):
         out.append(f"- Not recorded by any run, so not verified: {', '.join(unknown)}.")
     return out + [f"- {note}" for note in notes]
@@ -270,7 +285,7 @@ def _budget_section(runs: list[Run], budget_rows: list[dict], budgets: list[int]
     best = max((r for r in runs if not r.budget_gaps()), key=lambda r: r.acr)
     c, share = best.constant_reference()
     if share > 0:
-        need = constant_classifier_budget(best.acr, share, best.sigma, best.alpha)
+        need = constant_classifier_budget(best.acr, share, best.radius_scale, best.alpha)
         out.append(
             f"\nThe constant classifier h ≡ {c} reaches the best ACR here ({best.label}: {best.acr:.4f}) "
             f"at N ≈ {need:.2g}."
@@ -288,9 +303,10 @@ def render_report(runs, differences, table, pairs, budget_rows, budgets, notes) 
     out = ["# Certification report", "", *_protocol_section(runs, differences, notes)]
     out += ["", "## Certified accuracy and ACR (Table-2 style)", ""]
     out += [md_table(headers, [[row[k] for k in headers] for row in table]), ""]
+    norms = sorted({"L∞" if r.norm == "linf" else "L2" for r in runs})
     out.append(
-        "`ca@r`: share of inputs certified correct with radius ≥ r; `y(x)`: share with p̂A ≥ x "
-        "(true label; wrong or abstained = 0)."
+        f"`ca@r`: share of inputs certified correct with {'/'.join(norms)} radius ≥ r ([0,1] pixel units); "
+        "`y(x)`: share with p̂A ≥ x (true label; wrong or abstained = 0)."
     )
     out += ["", *_dominance_section(runs, pairs), "", *_budget_section(runs, budget_rows, budgets)]
     pngs = [ecdf_png(s) for s, group in sigma_groups(runs).items() if any(r.has_counts for r in group)]
@@ -309,9 +325,13 @@ def report(
     overwrite: bool = False,
     sigma: float | None = None,
     use_wandb: bool = False,
+    norm: str | None = None,
+    dim: int | None = None,
 ) -> dict:
-    """Write the comparison report of the runs under ``paths`` into ``out``; returns its parts."""
-    runs = load(paths, sigma)
+    """Write the comparison report of the runs under ``paths`` into ``out``; returns its parts. ``norm``
+    states every run's radii in that ball (None: as certified; see :meth:`Run.in_norm`, ``dim`` for runs
+    that record no input dimension)."""
+    runs = [run.in_norm(norm, dim) for run in load(paths, sigma)]
     differences = check_protocol(runs, allow_mismatch)
     folder = prepare_out(out, overwrite)
     radii = list(radii) if radii else default_radii(runs)
@@ -447,6 +467,11 @@ def parse_args(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
         parser.add_argument(
             "--wandb", action="store_true", help="also log the table and plots to W&B (offline)"
         )
+        parser.add_argument(
+            "--norm", choices=("l2", "linf"),
+            help="state every run's radii in this ball (default: as certified; l2 -> linf: / sqrt(d))",
+        )  # fmt: skip
+        parser.add_argument("--dim", type=int, help="input dimension C*H*W for runs that record none")
     return command, parser.parse_args(argv[1:] if command == "budget" else argv)
 
 
@@ -554,6 +579,11 @@ def published_report(
     if len(runs) != 1:
         raise ResultFileError(f"{path} holds {len(runs)} certification runs; pass the folder of one")
     run = runs[0]
+    if run.norm != "l2":
+        raise ProtocolMismatchError(
+            f"{run.path} holds {run.norm} radii; the published cells are L2 certificates: certify with "
+            "norm=l2"
+        )
     name, recognized = dataset_of(run.settings.get("data"))
     protocol = run.protocol()
     ours = {"dataset": name, "sigma": run.sigma, "n0": run.n0, "n": run.n, "alpha": run.alpha}
@@ -630,11 +660,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "budget":
             budget_view(args.runs, **common)
         else:
+            if args.dim is not None:
+                require_at_least("--dim", args.dim, 1)
             report(
                 args.runs,
                 radii=args.radii,
                 allow_mismatch=args.allow_mismatch,
                 use_wandb=args.wandb,
+                norm=args.norm,
+                dim=args.dim,
                 **common,
             )
     except (ConfigError, ResultFileError) as err:

@@ -195,18 +195,21 @@ class SmoothingMethod(pl.LightningModule):
         return [tuple(t[i * size : (i + 1) * size] for t in batch) for i in range(self.num_chunks)]
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor | None:
-        optimizer = self.optimizers()
+        optimizers = self.optimizers()
+        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
         losses = []
         for chunk in self.chunks(batch):
             loss = self.training_loss(*chunk)
-            optimizer.zero_grad()
-            if not self._finite_or_skip(loss, optimizer):
+            self._zero_grad(optimizers)
+            if not self._finite_or_skip(loss, optimizers):
                 continue
             self.manual_backward(loss)
             if self.on_nonfinite_loss == "skip" and not gradients_finite(self):
-                self._skip(optimizer)
+                self._skip(optimizers)
                 continue
-            optimizer.step()
+            for optimizer in optimizers:
+                optimizer.step()
+            self.after_optimizer_step()
             losses.append(loss.detach())
         if self.on_nonfinite_loss == "skip":
             self.log("train/skipped_steps", float(self.skipped_steps), on_epoch=True, reduce_fx="max")
@@ -217,12 +220,20 @@ class SmoothingMethod(pl.LightningModule):
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(batch[0]))
         return loss
 
-    def _finite_or_skip(self, loss: torch.Tensor, optimizer) -> bool:
+    def after_optimizer_step(self) -> None:
+        """Hook run after every optimizer step (e.g. a projection of parameters); nothing by default."""
+
+    @staticmethod
+    def _zero_grad(optimizers) -> None:
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+
+    def _finite_or_skip(self, loss: torch.Tensor, optimizers) -> bool:
         """True for a finite loss; else stop (raise) or count a skipped step (``on_nonfinite_loss``)."""
         if bool(torch.isfinite(loss.detach()).all()):
             return True
         if self.on_nonfinite_loss == "skip":
-            self._skip(optimizer)
+            self._skip(optimizers)
             return False
         name = self.metadata.get("method", {}).get("_target_", type(self).__name__).rpartition(".")[2]
         last = "none yet" if self._last_finite_loss is None else f"{float(self._last_finite_loss):.6g}"
@@ -233,13 +244,15 @@ class SmoothingMethod(pl.LightningModule):
             "(optim.optimizer.lr), or pass on_nonfinite_loss=skip to skip such steps"
         )
 
-    def _skip(self, optimizer) -> None:
-        optimizer.zero_grad()
+    def _skip(self, optimizers) -> None:
+        self._zero_grad(optimizers)
         self.skipped_steps += 1
 
     def on_train_epoch_end(self) -> None:
-        scheduler = self.lr_schedulers()
-        if scheduler is not None and self.current_epoch >= self.scheduler_epoch_offset:
+        schedulers = self.lr_schedulers()
+        if schedulers is None or self.current_epoch < self.scheduler_epoch_offset:
+            return
+        for scheduler in schedulers if isinstance(schedulers, list) else [schedulers]:
             scheduler.step()
 
     @property
@@ -252,12 +265,22 @@ class SmoothingMethod(pl.LightningModule):
     def on_validation_epoch_start(self) -> None:
         self._val_generator = self._generator(1)  # the same validation noise every epoch
 
+    @property
+    def certified_model(self) -> nn.Module:
+        """What certification smooths: the base classifier f, or a randomized
+        :class:`~rs_lightning.smoothing.pipeline.NoisePipeline` around it (ARS)."""
+        return self.model
+
+    def noisy_validation_logits(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """Logits of the certified model on one noise draw per input (validation)."""
+        return self.model(x + self.gaussian_noise(x, generator))
+
     def validation_step(self, batch, batch_idx: int) -> None:
         """Accuracy of the base classifier under one noise draw per test input (Cohen et al.'s train.py)."""
         x, y = batch
         if self._val_generator is None:
             self._val_generator = self._generator(1)
-        logits = self.model(x + self.gaussian_noise(x, self._val_generator))
+        logits = self.noisy_validation_logits(x, self._val_generator)
         self.val_acc_noisy.update((logits.argmax(dim=1) == y).float())
         self.val_loss.update(F.cross_entropy(logits, y, reduction="none"))
         self.log("val/acc_noisy", self.val_acc_noisy, prog_bar=True, on_epoch=True, batch_size=len(x))

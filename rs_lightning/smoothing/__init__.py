@@ -17,20 +17,25 @@ from .engine import (
 )
 from .iss import iss_table
 from .noise import NOISE_BLOCK, Phase
+from .pipeline import NoisePipeline
 from .precision import BaseClassifier, NonFiniteLogitsError
 from .smooth import Smooth
 from .spec import CertificationSpec, IssSettings
 from .stats import (
+    NORMS,
     clopper_pearson_interval,
     clopper_pearson_lower,
     max_certifiable_radius,
     radius_from_pa,
+    radius_scale,
     top_two_pvalue,
 )
 
 __all__ = [
     "ABSTAIN",
     "NOISE_BLOCK",
+    "NORMS",
+    "NoisePipeline",
     "BaseClassifier",
     "CertificationSpec",
     "CertifyResult",
@@ -49,6 +54,7 @@ __all__ = [
     "predict_batch",
     "prepare",
     "radius_from_pa",
+    "radius_scale",
     "run_dataset",
     "sample_counts",
     "top_two_pvalue",

@@ -7,6 +7,7 @@ Every setting comes from one :class:`~rs_lightning.smoothing.spec.CertificationS
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,11 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from rs_lightning.validation import ConfigError
+
 from .iss import iss_table, pilot_sample_sizes
 from .noise import NOISE_BLOCK, Phase, block_sizes, standard_normal_block
+from .pipeline import pipeline_of
 from .precision import BaseClassifier, NonFiniteLogitsError, as_base_classifier, check_precision_supported
 from .spec import CertificationSpec
-from .stats import clopper_pearson_lower, radius_from_pa, top_two_pvalue
+from .stats import clopper_pearson_lower, radius_from_pa, radius_scale, top_two_pvalue
 
 ABSTAIN = -1
 
@@ -96,7 +100,9 @@ def sample_counts(
     Args:
         model: base classifier mapping ``(B, *shape)`` float32 inputs in [0,1] pixel space to logits (an
             ``nn.Module`` or a :class:`~rs_lightning.smoothing.precision.BaseClassifier`); used as is
-            (callers put it in eval mode).
+            (callers put it in eval mode). A :class:`~rs_lightning.smoothing.pipeline.NoisePipeline` (at
+            ``sigma``) is called as ``model(x_i, eps)`` with ``eps`` its ``noise_draws`` standard-normal
+            tensors per sample, from the same per-input streams.
         xs: ``(G, *shape)`` clean inputs, on the model's device.
         indices: dataset index of each input: its noise is seeded by ``(seed, index, phase)``.
         num_samples: draws per input, one number for all or one per input.
@@ -110,12 +116,16 @@ def sample_counts(
     per_input = [int(num_samples)] * groups if np.ndim(num_samples) == 0 else [int(k) for k in num_samples]
     if len(per_input) != groups:
         raise ValueError(f"got {len(per_input)} sample sizes for {groups} inputs")
+    pipeline = pipeline_of(model)
+    if pipeline is not None and not math.isclose(float(pipeline.sigma), float(sigma), rel_tol=1e-12):
+        raise ValueError(f"the pipeline runs at sigma={pipeline.sigma} but sigma={sigma} was asked for")
+    sample_shape = shape if pipeline is None else (pipeline.noise_draws, *shape)
     counts = torch.zeros(groups * num_classes, dtype=torch.long, device=device)
     total = sum(per_input)
     if total == 0:
         return counts.view(groups, num_classes)
     capacity = min(batch_size, total)
-    batch = torch.empty((capacity, *shape), device=device, dtype=xs.dtype)
+    batch = torch.empty((capacity, *sample_shape), device=device, dtype=xs.dtype)
     owner = torch.empty(capacity, dtype=torch.long, device=device)
     nonfinite = torch.zeros(groups, dtype=torch.long, device=device)
     generator = torch.Generator(device=device)
@@ -123,7 +133,10 @@ def sample_counts(
 
     def flush() -> None:
         nonlocal filled
-        logits = model(batch[:filled])
+        if pipeline is None:
+            logits = model(batch[:filled])
+        else:  # the clean inputs beside their noise
+            logits = model(xs.index_select(0, owner[:filled]), batch[:filled])
         nonfinite.index_add_(0, owner[:filled], (~torch.isfinite(logits).all(dim=1)).long())
         predictions = logits.argmax(dim=1)
         counts.add_(torch.bincount(owner[:filled] * num_classes + predictions, minlength=counts.numel()))
@@ -138,13 +151,14 @@ def sample_counts(
                 int(phase),
                 block,
                 rows,
-                shape,
+                sample_shape,
                 device=device,
                 dtype=xs.dtype,
                 generator=generator,
                 out=batch[filled : filled + rows] if fits else None,
             )
-            noise.mul_(sigma).add_(xs[g])
+            if pipeline is None:
+                noise.mul_(sigma).add_(xs[g])
             done = 0
             while done < rows:
                 take = min(rows - done, capacity - filled)
@@ -165,6 +179,16 @@ def sample_counts(
             "run) or the precision may overflow (try precision=32); its certificate would be a constant class"
         )
     return counts.view(groups, num_classes)
+
+
+def check_norm_supported(model, norm: str) -> None:
+    """ConfigError when ``model`` is a pipeline whose accounting does not certify ``norm`` (ARS: L∞ only)."""
+    pipeline = pipeline_of(model)
+    if pipeline is not None and norm not in pipeline.norms:
+        raise ConfigError(
+            "norm", norm, " or ".join(pipeline.norms) + f" for a {type(pipeline).__name__} pipeline",
+            "its noise is calibrated to the L-infinity threat model (extensions.md §1.2): pass norm=linf",
+        )  # fmt: skip
 
 
 def prepare(model, spec: CertificationSpec) -> BaseClassifier:
@@ -220,7 +244,8 @@ def _iss_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
     iss, k0 = spec.iss, spec.iss.k0
     counts0 = _counts(model, xs, indices, spec, num_classes, Phase.PILOT, k0)
     selected = counts0.argmax(dim=1)
-    psi = iss_table(spec.n, spec.alpha, spec.sigma, iss.decline, iss.max_decline, iss.granularity)
+    scale = radius_scale(spec.sigma, spec.norm, xs[0].numel())  # max_decline is in the spec's norm
+    psi = iss_table(spec.n, spec.alpha, scale, iss.decline, iss.max_decline, iss.granularity)
     k_hat = pilot_sample_sizes(_pick(counts0, selected).cpu().numpy(), k0, psi, spec.alpha)
     n0 = np.full(xs.shape[0], k0, dtype=np.int64)
     if not iss.reuse_pilot:
@@ -253,12 +278,15 @@ def certify_batch(
       reference code does (then the bound uses ``max(k̂, k0)`` draws; guarantee not established).
 
     ``pA_lower`` = one-sided Clopper–Pearson bound at level ``alpha``; abstain (ABSTAIN, radius 0) if it is
-    below 1/2, else radius ``sigma * Phi^-1(pA_lower)``. With probability >= 1 - alpha per input, the result
-    abstains or equals g(x), and g is constant on the L2 ball of that radius.
+    below 1/2, else radius ``sigma * Phi^-1(pA_lower)`` (``spec.norm="linf"``: divided by √d, d the number of
+    input coordinates). With probability >= 1 - alpha per input, the result abstains or equals g(x), and g
+    is constant on the ball of that radius in ``spec.norm``. A
+    :class:`~rs_lightning.smoothing.pipeline.NoisePipeline` certifies only the norms its accounting covers.
     """
     if spec.mode != "certify":
         raise ValueError(f"certify_batch needs a spec with mode='certify', got mode={spec.mode!r}")
     sigma = spec.require_sigma()
+    check_norm_supported(model, spec.norm)
     check_precision_supported(spec.precision, xs.device)
     model = prepare(model, spec)
     draw = _cohen_draws if spec.sampling == "cohen" else _iss_draws
@@ -271,7 +299,7 @@ def certify_batch(
         index=np.asarray(indices, dtype=np.int64),
         selected=selected,
         predict=np.where(abstain, ABSTAIN, selected),
-        radius=np.where(abstain, 0.0, radius_from_pa(pa_lower, sigma)),
+        radius=np.where(abstain, 0.0, radius_from_pa(pa_lower, sigma, spec.norm, xs[0].numel())),
         n_a=n_a,
         pa_lower=pa_lower,
         n_a0=n_a0,

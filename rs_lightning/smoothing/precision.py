@@ -96,24 +96,25 @@ class BaseClassifier:
             self._eager.eval()
         return self
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
+        """``f(x)``, or ``F(x, noise)`` for a :class:`~rs_lightning.smoothing.pipeline.NoisePipeline`."""
         if self.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         if not self._compiled or self._compile_checked:
-            return self._run(self._forward, x)
+            return self._run(self._forward, x, *rest)
         try:  # the first call compiles: a failure there falls back to eager mode
-            out = self._run(self._forward, x)
+            out = self._run(self._forward, x, *rest)
         except Exception as err:  # noqa: BLE001 (any backend failure: fall back)
             self._fallback(err)
-            return self._run(self._forward, x)
+            return self._run(self._forward, x, *rest)
         self._compile_checked = True
         return out
 
-    def _run(self, forward: Callable, x: torch.Tensor) -> torch.Tensor:
+    def _run(self, forward: Callable, x: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
         if self.autocast_dtype is None:
-            return forward(x)
+            return forward(x, *rest)
         with torch.autocast(device_type=x.device.type, dtype=self.autocast_dtype):
-            return forward(x).float()
+            return forward(x, *rest).float()
 
 
 def as_base_classifier(model, *, precision="32", channels_last=False, compile=False) -> BaseClassifier:

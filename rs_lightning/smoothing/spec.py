@@ -3,7 +3,8 @@
 ``certify.py``, the certification callback, :class:`~rs_lightning.smoothing.Smooth`, the resume check and the
 report's protocol check all build, store and compare this object (``as_dict``/``protocol``), with one
 spelling per key. Keys, as users type them: ``sigma n0 n alpha seed batch_size split noise_block mode
-precision channels_last compile sampling iss.decline iss.max_decline iss.k0 iss.granularity iss.reuse_pilot``.
+precision channels_last compile sampling norm iss.decline iss.max_decline iss.k0 iss.granularity
+iss.reuse_pilot``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from rs_lightning.validation import ConfigError
 
 from .noise import NOISE_BLOCK
+from .stats import NORMS
 
 MODES = ("certify", "predict")
 PRECISIONS = ("32", "bf16", "16")
@@ -25,14 +27,16 @@ DECLINES = ("ad", "rd")
 SPLITS = ("train", "test")
 DEFAULT_N0 = 100
 
-PROTOCOL_KEYS = ("mode", "n0", "n", "alpha", "seed", "split", "noise_block", "precision", "sampling", "iss")
+PROTOCOL_KEYS = (
+    "mode", "n0", "n", "alpha", "seed", "split", "noise_block", "precision", "sampling", "iss", "norm",
+)  # fmt: skip
 """The settings two runs must share for their rows to be comparable (with the inputs and σ). ``batch_size``,
 ``channels_last`` and ``compile`` change only the floating-point rounding inside the network (as the batch
 size does), not the statistics, so they are recorded but not compared."""
 
-LEGACY_DEFAULTS = {"mode": "certify", "precision": "32", "sampling": "cohen", "iss": None}
+LEGACY_DEFAULTS = {"mode": "certify", "precision": "32", "sampling": "cohen", "iss": None, "norm": "l2"}
 """Values of keys that runs written before they existed had implicitly (every such run was an fp32
-CERTIFY with Cohen's sampling)."""
+CERTIFY with Cohen's sampling of L2 radii)."""
 
 
 def _integer(key: str, value, minimum: int) -> int:
@@ -89,6 +93,8 @@ class CertificationSpec:
     ``sigma`` may be None until the checkpoint supplies it (:meth:`with_sigma`); the engine refuses a spec
     without one. ``n0`` defaults to 100 for Cohen's CERTIFY and must stay unset for ``mode=predict`` and
     ``sampling=iss`` (which have no separate selection draws: the ISS pilot selects the class).
+    ``norm`` is the ball the radius is stated for: ``l2`` (σΦ⁻¹(pA_lower)) or ``linf`` (σΦ⁻¹(pA_lower)/√d, d =
+    the number of input coordinates; what an ARS pipeline certifies, extensions.md §1.6).
     Construction validates every value and raises :class:`~rs_lightning.validation.ConfigError` naming
     the key, the value and the allowed range.
     """
@@ -107,11 +113,13 @@ class CertificationSpec:
     compile: bool = False
     sampling: str = "cohen"
     iss: IssSettings | None = field(default=None)
+    norm: str = "l2"
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen dataclass)
         set_("mode", _choice("mode", self.mode, MODES))
         set_("sampling", _choice("sampling", self.sampling, SAMPLINGS))
+        set_("norm", _choice("norm", self.norm, NORMS))
         if self.sigma is not None:
             sigma = _finite("sigma", self.sigma, "> 0")
             if sigma <= 0:
@@ -231,6 +239,8 @@ class CertificationSpec:
         if self.n0 is not None:
             parts.append(f"n0={self.n0}")
         parts += [f"n={self.n}", f"alpha={self.alpha:g}"]
+        if self.norm != "l2":
+            parts.append(f"norm={self.norm}")
         if self.precision != "32":
             parts.append(f"precision={self.precision}")
         if self.sampling == "iss":

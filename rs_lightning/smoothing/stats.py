@@ -6,7 +6,8 @@ Pure functions over counts; scipy does every quantile and test. Shapes broadcast
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import beta, binomtest, norm
+from scipy.stats import beta, binomtest
+from scipy.stats import norm as norm_dist
 
 
 def clopper_pearson_lower(k, n, alpha: float):
@@ -32,21 +33,46 @@ def clopper_pearson_interval(k, n, alpha: float):
     return np.where(k <= 0, 0.0, low), np.where(k >= n, 1.0, high)
 
 
-def radius_from_pa(pa_lower, sigma: float):
-    """Certified L2 radius ``sigma * Phi^-1(pA_lower)`` (Cohen et al. 2019, Thm. 1 with pB = 1 - pA).
+NORMS = ("l2", "linf")
+"""Threat models a certificate can be stated in: the L2 ball (Cohen et al.'s Thm. 1) or the L∞ ball."""
+
+
+def radius_scale(sigma: float, norm: str = "l2", dim: int | None = None) -> float:
+    """The factor s in ``radius = s · Phi^-1(pA_lower)``: ``sigma`` for L2, ``sigma / sqrt(dim)`` for L∞.
+
+    The L∞ ball of radius r in d dimensions lies inside the L2 ball of radius √d·r, so an L2 certificate
+    of radius σΦ⁻¹(p) gives the L∞ radius σΦ⁻¹(p)/√d (extensions.md §1.6: ARS's r∞, with d = C·H·W of the
+    full input; rs4a's Gaussian L∞ bound). ARS pipelines certify this radius directly (§1.3 accounting).
+    """
+    if norm == "l2":
+        return float(sigma)
+    if norm != "linf":
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
+    if dim is None or int(dim) < 1:
+        raise ValueError(f"norm='linf' needs the input dimension d = C*H*W >= 1, got dim={dim!r}")
+    return float(sigma) / float(np.sqrt(int(dim)))
+
+
+def radius_from_pa(pa_lower, sigma: float, norm: str = "l2", dim: int | None = None):
+    """Certified radius ``s * Phi^-1(pA_lower)`` with ``s = radius_scale(sigma, norm, dim)``: the L2 radius
+    σΦ⁻¹(pA_lower) (Cohen et al. 2019, Thm. 1 with pB = 1 - pA), or the L∞ radius σΦ⁻¹(pA_lower)/√d.
 
     Returns 0 where ``pA_lower < 1/2`` (CERTIFY abstains there).
     """
     pa = np.asarray(pa_lower, dtype=np.float64)
-    return np.where(pa < 0.5, 0.0, sigma * norm.ppf(np.clip(pa, 0.5, 1.0)))
+    scale = radius_scale(sigma, norm, dim)
+    return np.where(pa < 0.5, 0.0, scale * norm_dist.ppf(np.clip(pa, 0.5, 1.0)))
 
 
-def max_certifiable_radius(sigma: float, n: int, alpha: float) -> float:
-    """Largest radius CERTIFY can return with ``n`` samples: ``sigma * Phi^-1(alpha^(1/n))``.
+def max_certifiable_radius(
+    sigma: float, n: int, alpha: float, norm: str = "l2", dim: int | None = None
+) -> float:
+    """Largest radius CERTIFY can return with ``n`` samples: ``s * Phi^-1(alpha^(1/n))``, s as in
+    :func:`radius_scale` (L∞: σ·Φ⁻¹(α^(1/n))/√d, extensions.md §1.6 "radius ceilings").
 
     With nA = n the Clopper–Pearson bound is exactly alpha^(1/n) (3.811·sigma for n = 1e5, alpha = 1e-3).
     """
-    return float(sigma * norm.ppf(alpha ** (1.0 / n)))
+    return float(radius_scale(sigma, norm, dim) * norm_dist.ppf(alpha ** (1.0 / n)))
 
 
 def top_two_pvalue(n_top: int, n_second: int) -> float:
