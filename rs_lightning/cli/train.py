@@ -22,7 +22,10 @@ from .common import check_trainer_config, plain, require_writable_dir, tune_cpu_
 
 RESUME_MUST_MATCH = ("sigma", "seed", "method", "model", "data", "optim")
 """Settings a resumed run must share with its checkpoint (except the keys in ``RESUME_MAY_CHANGE``)."""
-RESUME_MAY_CHANGE = ("optim.max_epochs", "data.num_workers", "data.val_batch_size", "data.root", "data.path")
+RESUME_MAY_CHANGE = (
+    "optim.max_epochs", "data.num_workers", "data.val_batch_size", "data.root", "data.path",
+    "data.source.root", "data.source.path", "data.background_dir",
+)  # fmt: skip
 
 
 def validate_train_config(cfg: DictConfig) -> None:

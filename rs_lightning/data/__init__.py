@@ -3,6 +3,7 @@
 from rs_lightning.data.arrays import ArrayDataset, read_idx
 from rs_lightning.data.base import SPLITS, DataFormatError, DatasetNotFoundError, RSDataModule
 from rs_lightning.data.cifar10 import CIFAR10DataModule
+from rs_lightning.data.composite import CompositeDataModule
 from rs_lightning.data.digits import DigitsDataModule
 from rs_lightning.data.imagenet import ImageNetDataModule
 from rs_lightning.data.mnist import FashionMNISTDataModule, MNISTDataModule
@@ -12,6 +13,7 @@ __all__ = [
     "SPLITS",
     "ArrayDataset",
     "CIFAR10DataModule",
+    "CompositeDataModule",
     "DataFormatError",
     "DatasetNotFoundError",
     "DigitsDataModule",
