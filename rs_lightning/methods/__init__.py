@@ -1,6 +1,7 @@
 """Training methods: one LightningModule per method on :class:`SmoothingMethod` (select with ``method=``)."""
 
 from .acr_gaming import ACRGaming
+from .ars import AdaptiveRS
 from .base import CHECKPOINT_KEY, SmoothingMethod
 from .catrs import CATRS
 from .consistency import Consistency
@@ -12,6 +13,7 @@ from .smoothmix import SmoothMix
 
 __all__ = [
     "ACRGaming",
+    "AdaptiveRS",
     "CATRS",
     "CHECKPOINT_KEY",
     "MACER",

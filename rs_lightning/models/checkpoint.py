@@ -144,7 +144,9 @@ def check_training_checkpoint(
 def load_classifier(
     path: str | os.PathLike, map_location: str | torch.device = "cpu"
 ) -> tuple[nn.Module, dict]:
-    """Return ``(base_classifier, metadata)``; with its normalization layer, in eval mode."""
+    """Return ``(base_classifier, metadata)``; with its normalization layer, in eval mode. A checkpoint whose
+    metadata has a ``pipeline`` (ARS, ``method=ars|ars_static``) gives the
+    :class:`~rs_lightning.models.ars.AdaptiveSmoothing` pipeline around the classifier instead."""
     checkpoint = read_checkpoint(path, map_location)
     meta = checkpoint[CHECKPOINT_KEY]
     net = safe_instantiate(
@@ -157,18 +159,28 @@ def load_classifier(
     state = {
         k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")
     }
+    pipeline = meta.get("pipeline")
     try:
         model.load_state_dict(state)
+        if pipeline is not None:  # a randomized pipeline around the classifier (ARS), with its mask weights
+            from .ars import pipeline_from_checkpoint
+
+            model = pipeline_from_checkpoint(
+                model, pipeline, checkpoint["state_dict"], sigma=float(meta["sigma"]),
+                input_shape=tuple(meta["input_shape"]),
+            )  # fmt: skip
     except RuntimeError as err:
         raise CheckpointError(
             f"the weights in {path} do not fit the architecture {meta['model'].get('_target_')} "
-            f"({meta['model']}): {err}"
+            f"({meta['model']}{'' if pipeline is None else f', pipeline {pipeline}'}): {err}"
         ) from err
-    for name, tensor in state.items():
+    for name, tensor in checkpoint["state_dict"].items():
+        if not name.startswith(("model.", "mask.")):
+            continue
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             bad = int((~torch.isfinite(tensor)).sum())
             raise CheckpointError(
-                f"{path} holds {bad} non-finite values (NaN/inf) in {name}: the run that wrote it diverged; "
-                "certify an earlier checkpoint"
+                f"{path} holds {bad} non-finite values (NaN/inf) in {name.removeprefix('model.')}: the run "
+                "that wrote it diverged; certify an earlier checkpoint"
             )
     return model.to(map_location).eval(), meta

@@ -1,8 +1,9 @@
 """Every published-setting experiment composes, and runs one training batch (fast_dev_run).
 
 The dataset is swapped for the matching offline copy in ../shared/data (full MNIST; the CIFAR-10 subset),
-the batch size is cut to 8 and ResNet-110 is swapped for ResNet-20 to keep this fast on CPU; the method and
-its hyperparameters are the experiment's own.
+ARS's composite data keeps its canvas but gets clutter backgrounds (BG-20k is not offline), the batch size
+is cut to 8 and ResNet-110 is swapped for ResNet-20 to keep this fast on CPU; the method and its
+hyperparameters are the experiment's own.
 """
 
 from pathlib import Path
@@ -26,8 +27,19 @@ def test_experiment_composes_and_runs_one_batch(name, tmp_path):
     data = shared_data_dir()
     if data is None:
         pytest.skip("../shared/data is not present")
+    npz = "rs_lightning.data.npz.NpzDataModule"
     swap = {
         "MNISTDataModule": [f"data.path={Path(data) / 'mnist.npz'}"],
+        # ARS: the objects from the offline copies; BG-20k is not offline, so clutter backgrounds instead
+        "CompositeDataModule": [
+            "~data.source",
+            f"+data.source={{target: {npz}, path: {Path(data) / source}}}",
+            "data.background=clutter",
+            "data.background_dir=null",
+            "data.test_size=16",
+        ]
+        if (source := "mnist.npz" if "mnist" in name else "cifar10_subset.npz")
+        else [],
         "CIFAR10DataModule": [
             f"data.path={Path(data) / 'cifar10_subset.npz'}",
             "data.augment=true",
@@ -43,7 +55,7 @@ def test_experiment_composes_and_runs_one_batch(name, tmp_path):
             tmp_path,
             [
                 f"experiment={name}",
-                "data=npz",
+                *([] if dataset == "CompositeDataModule" else ["data=npz"]),
                 *swap,
                 *model,
                 *onehot,

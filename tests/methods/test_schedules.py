@@ -8,7 +8,8 @@ schedule. The reference loops are emulated with real torch schedulers and the re
   train_pgd.py);
 - ``after``: the legacy ``scheduler.step(epoch)`` after each epoch (smoothing-consistency train_*.py,
   SmoothMix, CAT-RS and its MACER re-run; methods-core.md §5.3, methods-advanced.md §0);
-- ``modern``: ``scheduler.step()`` after each epoch (eth-sri/acr-weakness; methods-advanced.md §0);
+- ``modern``: ``scheduler.step()`` after each epoch (eth-sri/acr-weakness; methods-advanced.md §0; ARS's
+  ``src/train.py``, extensions.md §1.7);
 - ``before``: ``scheduler.step()`` before each 1-based epoch (RuntianZ/macer main.py, PyTorch >= 1.1).
 
 The style per experiment comes from the reference, not from the config, so a file with the wrong
@@ -40,7 +41,7 @@ EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml
 
 def reference_style(name: str) -> str:
     """How the experiment's reference codebase steps its scheduler (see the module docstring)."""
-    if name.startswith("acr_gaming"):
+    if name.startswith(("acr_gaming", "ars_")):  # eth-sri/acr-weakness, ubc-systopia ARS train.py
         return "modern"
     if name == "macer_cifar10_sigma025":
         return "before"
