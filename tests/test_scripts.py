@@ -51,6 +51,16 @@ def test_identical_runs_have_a_zero_width_interval(tmp_path, capsys):
     assert "+0.0000  95% CI [+0.0000, +0.0000]  (3 inputs)" in out
 
 
+def test_certified_accuracy_difference_at_a_radius(tmp_path, capsys):
+    """--radius R: the per-input term is 1[certified correct with radius >= R]; a has 3 of 4 at r >= 0.4,
+    b has 1 (its second input is wrong): difference +0.5 at 0.4, and +0.25 at 0 (b's one wrong input)."""
+    a = write_run(tmp_path / "a", [0.5, 0.45, 0.4, 0.1], [1, 1, 1, 1])
+    b = write_run(tmp_path / "b", [0.5, 0.45, 0.2, 0.1], [1, 0, 1, 1])
+    out = run_script(capsys, str(a), str(b), "--radius", "0", "0.4", "--resamples", "500").splitlines()
+    assert out[0].startswith("certified accuracy at r=0: ") and "+0.2500" in out[0]
+    assert out[1].startswith("certified accuracy at r=0.4: ") and "+0.5000" in out[1]
+
+
 def test_runs_without_shared_inputs_are_refused(tmp_path, capsys):
     a = write_run(tmp_path / "a", [0.5], [1])
     b = write_run(tmp_path / "b", [0.5], [1], idx=[7])
