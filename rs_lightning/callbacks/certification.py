@@ -24,9 +24,10 @@ from rs_lightning.analysis.results import certify_rows
 from rs_lightning.data.subset import evenly_spaced
 from rs_lightning.metrics import AverageCertifiedRadius, CertifiedAccuracy, PAEcdf, PAEstimates
 from rs_lightning.smoothing import CertificationSpec, certify_dataset
+from rs_lightning.smoothing.engine import check_norm_supported
 from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
-from rs_lightning.validation import require_at_least, require_positive
+from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 PREFIX = "callbacks.certification."
 
@@ -44,8 +45,10 @@ class CertificationCallback(pl.Callback):
         batch_size: forward batch size of the engine.
         seed: noise seed (same meaning as in ``certify.py``).
         radius_step: spacing of the logged certified-accuracy radii (up to the largest certifiable one);
-            null = 0.25 for L2 and 1/255 for L∞ (a method whose certified model is an ARS pipeline is
-            certified in L∞, every other in L2).
+            null = 0.25 for L2 and 1/255 for L∞.
+        norm: ``l2`` | ``linf``: the ball the logged radii are for; None = L∞ for a method whose certified
+            model is a pipeline (ARS certifies nothing else), else L2 (set ``linf`` to log a Gaussian
+            baseline in the same units as ARS).
         sigma: certification noise; defaults to the method's training sigma.
         precision, channels_last, compile: how the base network is evaluated, as in ``certify.py``.
     """
@@ -61,6 +64,7 @@ class CertificationCallback(pl.Callback):
         seed: int = 0,
         radius_step: float | None = None,
         sigma: float | None = None,
+        norm: str | None = None,
         precision: str = "32",
         channels_last: bool = False,
         compile: bool = False,
@@ -71,14 +75,29 @@ class CertificationCallback(pl.Callback):
             require_positive(PREFIX + "radius_step", radius_step)
         settings = dict(sigma=sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed)
         settings |= dict(precision=precision, channels_last=channels_last, compile=compile)
+        if norm is not None:
+            settings["norm"] = norm
         self.spec = CertificationSpec.from_dict(settings, prefix=PREFIX)
         self.every_n_epochs, self.num_inputs = every_n_epochs, num_inputs
         self.radius_step = radius_step
+        self.norm = None if norm is None else self.spec.norm
         self.last: dict | None = None
         """The most recent results: ``{"epoch", "indices", "metrics", "pa_ecdf"}`` (for tests and users)."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         check_precision_supported(self.spec.precision, trainer.strategy.root_device, key=PREFIX + "precision")
+
+    def _norm(self, pl_module: pl.LightningModule) -> str:
+        pipeline = pipeline_of(getattr(pl_module, "certified_model", pl_module.model))
+        return self.norm or (pipeline.norms[0] if pipeline is not None else "l2")
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A norm the certified model's accounting does not cover is refused before the first epoch."""
+        try:
+            model = getattr(pl_module, "certified_model", pl_module.model)
+            check_norm_supported(model, self._norm(pl_module))
+        except ConfigError as err:
+            raise ConfigError(PREFIX + err.key, err.value, err.allowed) from None
 
     def _due(self, trainer: pl.Trainer) -> bool:
         epoch = trainer.current_epoch + 1
@@ -108,8 +127,7 @@ class CertificationCallback(pl.Callback):
             return
         spec = self.spec if self.spec.sigma is not None else self.spec.with_sigma(float(pl_module.sigma))
         model = getattr(pl_module, "certified_model", pl_module.model)
-        if pipeline_of(model) is not None:  # ARS: certified in L-infinity only
-            spec = dataclasses.replace(spec, norm="linf")
+        spec = dataclasses.replace(spec, norm=self._norm(pl_module))
         dataset = trainer.datamodule.dataset(spec.split)
         indices = self.subset(len(dataset))
         dim = math.prod(trainer.datamodule.input_shape)

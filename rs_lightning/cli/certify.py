@@ -48,7 +48,7 @@ from rs_lightning.models.checkpoint import load_classifier
 from rs_lightning.models.normalize import build_classifier
 from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_published
 from rs_lightning.smoothing import CertificationSpec, run_dataset
-from rs_lightning.smoothing.engine import check_norm_supported
+from rs_lightning.smoothing.engine import check_iss_decline, check_norm_supported
 from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
 from rs_lightning.smoothing.spec import protocol_of
@@ -343,6 +343,7 @@ def certify(cfg: DictConfig) -> dict:
     checkpoint = None if cfg.checkpoint is None else Path(cfg.checkpoint)
     model, meta, datamodule, sigma = load_model_and_data(cfg, checkpoint, device)
     spec = resolve_norm(cfg, spec.with_sigma(sigma), model)
+    check_iss_decline(spec, math.prod(datamodule.input_shape))
     if pipeline_of(model) is not None:
         pipeline_of(model).sigma = sigma  # the pipeline's accounting holds at any sigma
     dataset = datamodule.dataset(spec.split)

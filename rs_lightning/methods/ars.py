@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from rs_lightning.models.ars import AdaptiveSmoothing, StaticMask, build_mask, query_sigmas
-from rs_lightning.models.checkpoint import CheckpointError, read_checkpoint
+from rs_lightning.models.checkpoint import CheckpointError, classifier_weights
 from rs_lightning.validation import ConfigError
 
 from .base import SmoothingMethod
@@ -87,12 +87,15 @@ class AdaptiveRS(SmoothingMethod):
     def setup(self, stage: str) -> None:
         if self.mask is None:
             self._build(tuple(self.trainer.datamodule.input_shape))
-        if self.classifier_checkpoint and stage == "fit" and self.current_epoch == 0:
-            self._load_classifier(str(self.classifier_checkpoint))
+        if self.classifier_checkpoint and stage == "fit" and self.trainer.ckpt_path is None:
+            self._load_classifier(str(self.classifier_checkpoint))  # a resume restores its own weights
 
     def _load_classifier(self, path: str) -> None:
-        state = read_checkpoint(path)["state_dict"]
-        weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+        """The classifier of a train.py run at this run's sigma, input shape and normalization."""
+        keys = ("sigma", "input_shape", "mean", "std", "model")
+        expect = {k: self.metadata[k] for k in keys if k in self.metadata}
+        expect.setdefault("sigma", self.sigma)
+        weights = classifier_weights(path, "method.classifier_checkpoint", expect)
         try:
             self.model.load_state_dict(weights)
         except RuntimeError as err:

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from rs_lightning.smoothing.pipeline import NoisePipeline
 from rs_lightning.validation import ConfigError
 
 from ._shape import chw
@@ -81,9 +80,11 @@ class StaticMask(nn.Module):
         self.weight.clamp_(0.0, 1.0)
 
 
-class AdaptiveSmoothing(NoisePipeline):
+class AdaptiveSmoothing(nn.Module):
     """The randomized base classifier ``F(x, ε)`` of ARS (``mode="ars"``: ε = (ε₁, ε₂)), of its static-mask
-    baseline or of Cohen's smoothing (``static``/``vanilla``: one ε); certified in L∞ only.
+    baseline or of Cohen's smoothing (``static``/``vanilla``: one ε); certified in L∞ only (a
+    :class:`~rs_lightning.smoothing.pipeline.NoisePipeline`). Inputs must have ``input_shape``: σ₂ and σ_w
+    are calibrated to its d = C·H·W, which the certificate divides by.
 
     Args:
         classifier: the base classifier f on [0,1] inputs (normalization first).
@@ -115,7 +116,8 @@ class AdaptiveSmoothing(NoisePipeline):
             raise ValueError(f"mode={mode!r} needs {'no' if mode == 'vanilla' else 'a'} mask module")
         self.classifier, self.mask = classifier, mask
         self.mode, self.sigma = mode, float(sigma)
-        self.channels, self.dim = chw(input_shape)[0], math.prod(chw(input_shape))
+        self.input_shape = chw(input_shape)
+        self.channels, self.dim = self.input_shape[0], math.prod(self.input_shape)
         self.first_query_budget_frac = float(first_query_budget_frac)
         query_sigmas(self.sigma, self.first_query_budget_frac)  # validates f
         self.noise_draws = 2 if mode == "ars" else 1
@@ -124,6 +126,11 @@ class AdaptiveSmoothing(NoisePipeline):
         """``(classifier input, mask)`` for clean ``x`` ``(B, C, H, W)`` and standard-normal ``noise``
         ``(B, noise_draws, C, H, W)``; the mask is all ones for ``vanilla``. Differentiable (reparameterized
         noise) for training."""
+        if tuple(x.shape[1:]) != self.input_shape:
+            raise ValueError(
+                f"the pipeline was built for inputs {self.input_shape} (its noise is calibrated to d = "
+                f"{self.dim}) but got {tuple(x.shape[1:])}: certify it on data of that shape"
+            )
         noise = noise.to(x.dtype)
         if self.mode == "vanilla":
             return x + self.sigma * noise[:, 0], torch.ones_like(x[:, :1])

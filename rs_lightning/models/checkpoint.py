@@ -141,6 +141,41 @@ def check_training_checkpoint(
     return checkpoint
 
 
+def classifier_state(checkpoint: dict, path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The base classifier's weights (``model.*`` of the state dict, prefix removed), refused in one line
+    if any is NaN/inf (a diverged run)."""
+    state = {
+        k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")
+    }
+    _require_finite(state, path)
+    return state
+
+
+def _require_finite(state: dict[str, torch.Tensor], path) -> None:
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{path} holds {bad} non-finite values (NaN/inf) in {name}: the run that wrote it diverged; "
+                "certify an earlier checkpoint"
+            )
+
+
+def classifier_weights(path: str | os.PathLike, key: str, expect: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The base classifier's weights of a train.py checkpoint for a run that starts from them (e.g. ARS's
+    mask-only stage), after checking that its metadata matches ``expect`` (e.g. sigma, input_shape, mean,
+    std): a CheckpointError naming ``key`` and the first difference otherwise."""
+    checkpoint = read_checkpoint(path)
+    meta = checkpoint[CHECKPOINT_KEY]
+    for name, value in expect.items():
+        if meta.get(name) != value:
+            raise CheckpointError(
+                f"{key}={str(path)!r} was trained with {name}={meta.get(name)!r}, but this run has "
+                f"{name}={value!r}; pass a checkpoint trained with the same {name}"
+            )
+    return classifier_state(checkpoint, path)
+
+
 def load_classifier(
     path: str | os.PathLike, map_location: str | torch.device = "cpu"
 ) -> tuple[nn.Module, dict]:
@@ -156,9 +191,7 @@ def load_classifier(
         num_classes=int(meta["num_classes"]),
     )
     model = build_classifier(net, meta.get("mean"), meta.get("std"))
-    state = {
-        k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")
-    }
+    state = classifier_state(checkpoint, path)
     pipeline = meta.get("pipeline")
     try:
         model.load_state_dict(state)
@@ -174,13 +207,5 @@ def load_classifier(
             f"the weights in {path} do not fit the architecture {meta['model'].get('_target_')} "
             f"({meta['model']}{'' if pipeline is None else f', pipeline {pipeline}'}): {err}"
         ) from err
-    for name, tensor in checkpoint["state_dict"].items():
-        if not name.startswith(("model.", "mask.")):
-            continue
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            bad = int((~torch.isfinite(tensor)).sum())
-            raise CheckpointError(
-                f"{path} holds {bad} non-finite values (NaN/inf) in {name.removeprefix('model.')}: the run "
-                "that wrote it diverged; certify an earlier checkpoint"
-            )
+    _require_finite({k: v for k, v in checkpoint["state_dict"].items() if k.startswith("mask.")}, path)
     return model.to(map_location).eval(), meta

@@ -22,7 +22,13 @@ from .noise import NOISE_BLOCK, Phase, block_sizes, standard_normal_block
 from .pipeline import pipeline_of
 from .precision import BaseClassifier, NonFiniteLogitsError, as_base_classifier, check_precision_supported
 from .spec import CertificationSpec
-from .stats import clopper_pearson_lower, radius_from_pa, radius_scale, top_two_pvalue
+from .stats import (
+    clopper_pearson_lower,
+    max_certifiable_radius,
+    radius_from_pa,
+    radius_scale,
+    top_two_pvalue,
+)
 
 ABSTAIN = -1
 
@@ -181,6 +187,22 @@ def sample_counts(
     return counts.view(groups, num_classes)
 
 
+def check_iss_decline(spec: CertificationSpec, dim: int) -> None:
+    """ConfigError for an absolute (AD) decline that is not below the largest radius certifiable in the
+    spec's norm: ISS would then plan zero draws and abstain everywhere (e.g. the L2 default 0.05 in L∞ units,
+    where radii are ≈ 0.01)."""
+    if spec.sampling != "iss" or spec.iss.decline != "ad":
+        return
+    top = max_certifiable_radius(spec.require_sigma(), spec.n, spec.alpha, spec.norm, dim)
+    if spec.iss.max_decline >= top:
+        raise ConfigError(
+            "iss.max_decline", spec.iss.max_decline,
+            f"below the largest {spec.norm} radius certifiable (n={spec.n}, alpha={spec.alpha:g}): {top:.4g}",
+            "the decline is in the radius's own units (for norm=linf e.g. iss.max_decline=0.001, or "
+            "iss.decline=rd for a relative one)",
+        )  # fmt: skip
+
+
 def check_norm_supported(model, norm: str) -> None:
     """ConfigError when ``model`` is a pipeline whose accounting does not certify ``norm`` (ARS: L∞ only)."""
     pipeline = pipeline_of(model)
@@ -244,6 +266,7 @@ def _iss_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
     iss, k0 = spec.iss, spec.iss.k0
     counts0 = _counts(model, xs, indices, spec, num_classes, Phase.PILOT, k0)
     selected = counts0.argmax(dim=1)
+    check_iss_decline(spec, xs[0].numel())
     scale = radius_scale(spec.sigma, spec.norm, xs[0].numel())  # max_decline is in the spec's norm
     psi = iss_table(spec.n, spec.alpha, scale, iss.decline, iss.max_decline, iss.granularity)
     k_hat = pilot_sample_sizes(_pick(counts0, selected).cpu().numpy(), k0, psi, spec.alpha)

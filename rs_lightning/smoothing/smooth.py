@@ -23,6 +23,8 @@ class Smooth:
     ``precision`` (``"32"``, ``"bf16"``, ``"16"`` on CUDA), ``channels_last`` and ``compile`` choose how the
     base classifier f is evaluated (see :mod:`rs_lightning.smoothing.precision`: the certificate is for f
     at that precision). ``certify(..., sampling="iss", iss=IssSettings(...))`` uses input-specific sampling.
+    ``norm="linf"`` states radii for the L∞ ball (σΦ⁻¹(pA_lower)/√d); a randomized pipeline
+    (:class:`~rs_lightning.smoothing.pipeline.NoisePipeline`, e.g. ARS) as ``base_classifier`` needs it.
     """
 
     ABSTAIN = ABSTAIN
@@ -37,12 +39,12 @@ class Smooth:
         precision: str = "32",
         channels_last: bool = False,
         compile: bool = False,
+        norm: str = "l2",
     ):
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes}")
-        base = CertificationSpec(
-            sigma=sigma, seed=seed, precision=precision, channels_last=channels_last, compile=compile
-        )
+        settings = dict(precision=precision, channels_last=channels_last, compile=compile, norm=norm)
+        base = CertificationSpec(sigma=sigma, seed=seed, **settings)
         self.base_classifier = base_classifier
         self.num_classes = num_classes
         self.sigma = base.sigma

@@ -69,8 +69,9 @@ class IssSettings:
     """Input-specific sampling (Chen et al., AAAI 2022; methods-advanced.md §4).
 
     Args:
-        decline: ``ad`` (radius at most ``max_decline`` below the full-budget radius, in [0,1]-pixel L2 units)
-            or ``rd`` (at most the share ``max_decline`` of it).
+        decline: ``ad`` (radius at most ``max_decline`` below the full-budget radius, in [0,1]-pixel units of
+            the spec's ``norm``: L2, or L∞ where radii are √d times smaller) or ``rd`` (at most the share
+            ``max_decline`` of it).
         max_decline: the allowed decline c (paper: AD 0.05 / 0.1, RD 0.01 / 0.05).
         k0: pilot draws; None → 0.01·n (the paper's setting as briefed, unverified; the authors' script
             uses 0.02·n: methods-advanced.md §4.2).

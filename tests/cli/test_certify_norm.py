@@ -87,3 +87,22 @@ def test_linf_needs_a_recorded_dimension(runs, tmp_path, capsys):
     assert main([str(old), "--norm", "linf", "--dim", "64", "--out", str(tmp_path / "r2")]) == 0
     converted = load_run(old).in_norm("linf", 64)
     assert np.allclose(converted.rows["radius"], load_run(runs / "linf").rows["radius"], atol=1e-6)
+
+
+def test_rgb_inputs_divide_by_sqrt_of_c_h_w(tmp_path):
+    """d counts every channel: 3x8x8 RGB images give d = 192, so r_inf = r_2 / sqrt(192) (a d of H*W
+    would overstate r_inf by sqrt(3))."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "rgb.npz"
+    images = rng.integers(0, 256, (14, 8, 8, 3), dtype=np.uint8)
+    np.savez(path, x_train=images[:8], y_train=np.arange(8) % 2, x_test=images[8:], y_test=np.zeros(6, int))
+    common = ["checkpoint=null", "model=constant", "data=npz", f"data.path={path}", "sigma=0.25", "n0=10",
+              "n=500"]  # fmt: skip
+    for name, extra in (("l2", []), ("linf", ["norm=linf"])):
+        cfg = compose_config("certify", [*common, f"output_dir={tmp_path / name}", *extra])
+        with open_dict(cfg):
+            cfg.device = "cpu"
+        certify(cfg)
+    assert json.loads((tmp_path / "linf" / "settings.json").read_text())["dim"] == 192
+    for a, b in zip(rows(tmp_path / "l2"), rows(tmp_path / "linf"), strict=True):
+        assert float(b["radius"]) == pytest.approx(float(a["radius"]) / math.sqrt(192), abs=1e-6)

@@ -90,11 +90,11 @@ class BNClassifier(nn.Module):
         return self.net(x)
 
 
-def make_method(mode="ars", classifier=None, train_classifier=True, mask_lr=1e-2, **kwargs) -> AdaptiveRS:
+def make_method(mode="ars", classifier=None, train_classifier=True, mask_lr=1e-2, sigma=0.25, **kwargs):
     torch.manual_seed(0)
     classifier = classifier or build_classifier(LeNet(input_shape=SHAPE, num_classes=3), None, None)
     return AdaptiveRS(
-        mode=mode, mask_width=4, input_shape=SHAPE, model=classifier, sigma=0.25,
+        mode=mode, mask_width=4, input_shape=SHAPE, model=classifier, sigma=sigma,
         optimizer=functools.partial(torch.optim.SGD, lr=0.05),
         mask_optimizer=functools.partial(torch.optim.SGD, lr=mask_lr),
         train_classifier=train_classifier, **kwargs,
@@ -193,6 +193,8 @@ def test_the_mask_only_stage_starts_from_a_gaussian_checkpoint(tmp_path, tiny16)
     method.model = build_classifier(BNClassifier(), None, None)
     with pytest.raises(ValueError, match="another architecture"):
         method._load_classifier(base["checkpoint"])
+    with pytest.raises(ValueError, match="sigma=0.25"):  # a classifier trained at another noise level
+        make_method(sigma=0.5)._load_classifier(base["checkpoint"])
 
 
 def test_bad_settings_are_refused_before_training():
@@ -201,3 +203,15 @@ def test_bad_settings_are_refused_before_training():
             make_method(first_query_budget_frac=f)
     with pytest.raises(ConfigError, match="method.mode"):
         make_method(mode="vanilla")
+
+
+def test_the_training_callback_logs_the_norm_it_is_told(tmp_path, tiny16):
+    """callbacks.certification.norm=linf logs a Gaussian baseline's radii in L-infinity (ARS's units: the
+    grid steps by 1/255); norm=l2 for an ARS run is refused before the first epoch."""
+    linf = overrides(tiny16, "gaussian", "callbacks.certification.norm=linf", "logger=csv")
+    out = train(train_config(tmp_path / "g", linf))
+    metrics = pd.read_csv(tmp_path / "g" / "csv" / "metrics.csv")
+    assert "val/certified_accuracy@0.003922" in metrics.columns and out["checkpoint"]
+    with pytest.raises(ConfigError, match="callbacks.certification.norm"):
+        train(train_config(tmp_path / "a", overrides(tiny16, "ars", "callbacks.certification.norm=l2")))
+    assert not list((tmp_path / "a").glob("checkpoints/*.ckpt"))

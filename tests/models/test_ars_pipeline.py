@@ -71,7 +71,8 @@ def test_accounting_identity_holds_for_random_masks():
 def test_all_ones_mask_with_half_budget_is_cohens_noise():
     """w ≡ 1, f = ½: σ₁ = σ₂ = √2σ, both weights ½, so x̂ − x has mean 0 and variance σ² per coordinate. On
     196,608 coordinates the variance's relative standard error is 0.3%, so the 1% band catches a missing
-    channel factor (variance σ²/2 for C = 3) or swapped averaging weights with certainty."""
+    channel factor (variance σ²/2 for C = 3) with certainty (swapped weights are invisible at w ≡ 1, f = ½;
+    the constant-mask test below catches them)."""
     sigma, shape = 0.5, (3, 16, 16)
     pipeline = AdaptiveSmoothing(
         Identity(), sigma=sigma, input_shape=shape, mode="ars", mask=ConstantMask(1.0)
@@ -183,21 +184,60 @@ def lenet_pipeline(mode: str, shape=(1, 16, 16), sigma: float = 0.5) -> Adaptive
     ).eval()
 
 
-@pytest.mark.parametrize("mode", ["ars", "static"])
-def test_certify_around_the_pipeline_is_batch_independent_and_linf_only(mode):
+@pytest.mark.parametrize(
+    ("mode", "shape"), [("ars", (1, 16, 16)), ("static", (1, 16, 16)), ("ars", (3, 16, 16))]
+)
+def test_certify_around_the_pipeline_is_batch_independent_and_linf_only(mode, shape):
     """The engine draws the pipeline's noise from the per-input streams: any batch size gives the same
-    counts. The pipeline certifies L∞ only, at its own σ."""
-    pipeline = lenet_pipeline(mode)
-    xs = torch.rand(3, 1, 16, 16)
+    counts. The pipeline certifies L∞ only, at its own σ, with d = C·H·W (768 for RGB: a radius over H·W
+    only would be √3 too large)."""
+    pipeline = lenet_pipeline(mode, shape)
+    xs = torch.rand(3, *shape)
     spec = CertificationSpec(sigma=0.5, n0=20, n=300, batch_size=64, norm="linf")
     a = certify_batch(pipeline, xs, [4, 9, 2], spec, num_classes=3)
     b = certify_batch(pipeline, xs, [4, 9, 2], CertificationSpec(**{**spec.as_dict(), "batch_size": 7}),
                       num_classes=3)  # fmt: skip
     assert np.array_equal(a.counts, b.counts) and np.array_equal(a.radius, b.radius)
-    expected = np.where(a.predict >= 0, radius_from_pa(a.pa_lower, 0.5, "linf", 256), 0.0)
+    d = shape[0] * 256
+    expected = np.where(a.predict >= 0, 0.5 * norm.ppf(np.clip(a.pa_lower, 0.5, 1)) / math.sqrt(d), 0.0)
     assert np.allclose(a.radius, expected)
     with pytest.raises(ConfigError, match="norm"):
         certify_batch(pipeline, xs, [0, 1, 2], CertificationSpec(sigma=0.5, n0=20, n=300), num_classes=3)
     with pytest.raises(ValueError, match="sigma"):
         certify_batch(pipeline, xs, [0, 1, 2], CertificationSpec(**{**spec.as_dict(), "sigma": 0.25}),
                       num_classes=3)  # fmt: skip
+
+
+def test_the_pipeline_refuses_inputs_of_another_shape():
+    """σ₂ is calibrated to the d the pipeline was built for; on smaller inputs the accounting would
+    overstate the radius (by √2.5 for 32×32 inputs into a 64×64 pipeline), so they are refused."""
+    pipeline = lenet_pipeline("ars", (1, 32, 32))
+    spec = CertificationSpec(sigma=0.5, n0=10, n=20, batch_size=10, norm="linf")
+    with pytest.raises(ValueError, match="built for inputs"):
+        certify_batch(pipeline, torch.rand(1, 1, 16, 16), [0], spec, num_classes=3)
+
+
+def test_iss_decline_in_linf_units_is_checked():
+    """ISS's absolute decline is in the radius's units: the L2 default 0.05 exceeds every certifiable L∞
+    radius (≈ 0.03 here), which would plan zero draws and abstain everywhere; it is refused, and a decline
+    in L∞ units works."""
+    pipeline = lenet_pipeline("ars", (1, 32, 32))
+    xs = torch.rand(2, 1, 32, 32)
+    spec = CertificationSpec(sigma=0.5, n=400, batch_size=200, norm="linf", sampling="iss")
+    with pytest.raises(ConfigError, match="iss.max_decline"):
+        certify_batch(pipeline, xs, [0, 1], spec, num_classes=3)
+    iss = {"decline": "ad", "max_decline": 0.005}
+    ok = CertificationSpec(sigma=0.5, n=400, batch_size=200, norm="linf", sampling="iss", iss=iss)
+    result = certify_batch(pipeline, xs, [0, 1], ok, num_classes=3)
+    assert (result.n > 0).any()
+
+
+def test_smooth_takes_the_norm():
+    """Cohen's three-line API certifies a pipeline with norm="linf" (and refuses it without)."""
+    from rs_lightning.smoothing import Smooth
+
+    pipeline = lenet_pipeline("ars")
+    label, radius = Smooth(pipeline, 3, 0.5, norm="linf").certify(torch.rand(1, 16, 16), 10, 100, 0.1, 50)
+    assert label == Smooth.ABSTAIN or 0 <= radius <= 0.5 * norm.ppf(0.1 ** (1 / 100)) / 16 + 1e-9
+    with pytest.raises(ConfigError, match="norm"):
+        Smooth(pipeline, 3, 0.5).certify(torch.rand(1, 16, 16), 10, 100, 0.1, 50)
