@@ -117,6 +117,42 @@ MUTANTS = [
         "    if False:",
         "tests/smoothing/test_engine.py::test_non_finite_logits_stop_certification_naming_the_input",
     ),
+    # Adaptive RS (extensions.md §1.3, §1.10, §1.12)
+    (
+        "ars: the mask sees the clean x",
+        "rs_lightning/models/ars.py",
+        "w = self.mask(m1).to(x.dtype)",
+        "w = self.mask(x).to(x.dtype)",
+        "tests/models/test_ars_pipeline.py::test_the_mask_never_sees_the_clean_input",
+    ),
+    (
+        "ars: mask norm without the channel factor",
+        "rs_lightning/models/ars.py",
+        "return math.sqrt(channels) * w.flatten(1).norm(dim=1)",
+        "return w.flatten(1).norm(dim=1)",
+        "tests/models/test_ars_pipeline.py::test_all_ones_mask_with_half_budget_is_cohens_noise",
+    ),
+    (
+        "ars: the second query reuses the first noise",
+        "rs_lightning/models/ars.py",
+        "m2 = w * x + s2 * noise[:, 1]",
+        "m2 = w * x + s2 * noise[:, 0]",
+        "tests/smoothing/test_ars_soundness.py::test_certify_around_an_adaptive_pipeline_is_sound",
+    ),
+    (
+        "ars: average of m2 instead of m2 / w",
+        "rs_lightning/models/ars.py",
+        "return (v2 * m1 + v1 * w * m2) / (v2 + v1 * w * w)",
+        "return (v2 * m1 + v1 * m2) / (v2 + v1)",
+        "tests/models/test_ars_pipeline.py::test_average_is_unbiased_and_has_variance_sigma_squared_for_constant_masks",
+    ),
+    (
+        "linf radius over H*W instead of C*H*W",
+        "rs_lightning/smoothing/engine.py",
+        "radius_from_pa(pa_lower, sigma, spec.norm, xs[0].numel())",
+        "radius_from_pa(pa_lower, sigma, spec.norm, xs[0][0].numel())",
+        "tests/models/test_ars_pipeline.py::test_certify_around_the_pipeline_is_batch_independent_and_linf_only",
+    ),
 ]
 
 
