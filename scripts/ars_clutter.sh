@@ -8,8 +8,9 @@
 # Schedule: the experiments' 90-epoch recipe (conf/experiment/ars*_cluttered_mnist_sigma050.yaml) scaled by 0.1
 # with its structure kept: 9 epochs, the classifier's StepLR(30, x0.1) -> StepLR(3) and the mask's StepLR(30,
 # x0.5) -> StepLR(3), drops after epochs 3 and 6 (ARS's train.py timing). Certification: ARS's own alpha = 0.05
-# and n0 = 100 (extensions.md §1.6), n = 2,000 (reference 50,000; cut for the CPU, so the largest certifiable
-# r_inf is 0.0265 instead of 0.034) on 1,000 test canvases (skip=10), L-infinity radii (norm=linf).
+# and n0 = 100 (extensions.md §1.6), n = 1,000 (reference 50,000; cut for the CPU, where one ARS sample costs
+# 3.7 vanilla ones, bench/results/ars_cost.json; the largest certifiable r_inf is then 0.0245 instead of
+# 0.034) on 500 test canvases (skip=20), L-infinity radii (norm=linf).
 # Each process has one thread; every stage skips finished work, so a rerun resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ RUNS=${RUNS:-"ars_vanilla ars_static ars"}
 REPORTS=${REPORTS:-docs/results/ars_clutter}
 EPOCHS=${EPOCHS:-9}
 STEP=${STEP:-3}
-CERTIFY=${CERTIFY:-"norm=linf n0=100 n=2000 alpha=0.05 skip=10 batch_size=1000 seed=0"}
+CERTIFY=${CERTIFY:-"norm=linf n0=100 n=1000 alpha=0.05 skip=20 batch_size=1000 seed=0"}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT"
 
@@ -41,7 +42,7 @@ certify() {  # certify RUN on the common protocol (resumes)
 
 report() {
   mkdir -p "$REPORTS"
-  $PY -m rs_lightning.cli.report "$OUT"/*/certify --out "$REPORTS" --overwrite --budgets 1000 2000 10000 50000
+  $PY -m rs_lightning.cli.report "$OUT"/*/certify --out "$REPORTS" --overwrite --budgets 100 1000 10000 50000
   $PY scripts/acr_difference_ci.py "$OUT/ars/certify" "$OUT/ars_vanilla/certify" "$OUT/ars_static/certify" \
     --radius 0 0.001 0.002 0.0039216 0.0078431 0.0117647 > "$REPORTS/paired_differences.txt"
   $PY scripts/acr_difference_ci.py "$OUT/ars/certify" "$OUT/ars_vanilla/certify" "$OUT/ars_static/certify" \
