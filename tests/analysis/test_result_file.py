@@ -137,7 +137,7 @@ def test_rows_are_built_from_engine_results():
     assert [r["correct"] for r in rows] == [1, 0, 0] and rows[0]["predict"] == 1 and rows[2]["predict"] == -1
     assert rows[0]["samples"] == 220 and rows[0]["pA_hat"] == rows[0]["nA"] / 200
     iss = CertificationSpec(
-        sigma=0.5, n=200, alpha=0.001, sampling="iss", iss=IssSettings(max_decline=1.0, k0=20, granularity=10)
+        sigma=0.5, n=200, alpha=0.001, sampling="iss", iss=IssSettings(max_decline=0.5, k0=20, granularity=10)
     )
     iss_rows = certify_rows(certify_batch(_TwoClass(), xs, [4, 5, 6], iss, num_classes=2), [1, 1, 0], 0.25)
     assert (
