@@ -23,14 +23,15 @@ mkdir -p "$OUT"
 TIMES="$OUT/train_times.tsv"
 [ -f "$TIMES" ] || printf 'run\tepochs\tseconds\tthreads\n' > "$TIMES"
 
-train() {  # train NAME OVERRIDES...: skipped when NAME has a last.ckpt; wall-clock appended to $TIMES
+train() {  # train NAME OVERRIDES...: skipped when NAME finished (train.done); a killed run resumes from its
+  # last.ckpt (written every epoch, so it does not mean "finished"); wall-clock appended to $TIMES
   local name=$1; shift
   local dir="$OUT/train/$name"
-  if [ -f "$dir/checkpoints/last.ckpt" ]; then echo "skip training $name (done)"; return; fi
-  rm -rf "$dir"
+  if [ -f "$dir/train.done" ]; then echo "skip training $name (done)"; return; fi
   local start=$(date +%s)
-  $PY train.py "$@" $COMMON hydra.run.dir="$dir"
+  $PY train.py "$@" $COMMON hydra.run.dir="$dir" ckpt_path=last
   printf '%s\t%s\t%s\t%s\n' "$name" "$EPOCHS" "$(( $(date +%s) - start ))" "$OMP_NUM_THREADS" >> "$TIMES"
+  touch "$dir/train.done"
 }
 
 certify() {  # certify NAME: the run's last.ckpt on the common protocol (resumes an interrupted run)
