@@ -13,7 +13,6 @@ reference lets them drift, §1.10 item 6). ``mode=static`` learns one input-inde
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ from rs_lightning.models.ars import AdaptiveSmoothing, StaticMask, build_mask, q
 from rs_lightning.models.checkpoint import CheckpointError, classifier_weights
 from rs_lightning.validation import ConfigError
 
+from . import schedule
 from .base import SmoothingMethod
 
 
@@ -146,11 +146,7 @@ class AdaptiveRS(SmoothingMethod):
             optimizers.append(make_optimizer(params=params))
             if make_scheduler is not None:
                 schedulers.append(make_scheduler(optimizer=optimizers[-1]))
-        with warnings.catch_warnings():  # the recipe's LR timing, as in the base class
-            warnings.simplefilter("ignore", UserWarning)
-            for scheduler in schedulers:
-                for _ in range(-self.scheduler_epoch_offset):
-                    scheduler.step()
+        schedule.step_before_training(schedulers, self.scheduler_epoch_offset)  # the recipe's LR timing
         return optimizers, schedulers
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -12,18 +12,9 @@ chunk is one optimizer step. ``num_chunks = 1`` (Gaussian, MACER) is one step pe
 SmoothAdv's multi-noise training, Consistency, SmoothMix and CAT-RS set it to their number of noise draws
 m, so one step sees B/m distinct images × m noises (methods-advanced.md §0 "m-chunking").
 
-**LR schedule timing.** The scheduler steps once per epoch, after it (modern PyTorch), shifted by
-``scheduler_epoch_offset`` = k so that a recipe's LR drops land where its reference's do:
-
-- k = 0: a drop at epoch e of the scheduler takes effect from 0-based epoch e (Cohen's and SmoothAdv's
-  ``scheduler.step(epoch)`` at the start of each epoch; ACR-gaming's ``step()`` after each epoch);
-- k = 1: one epoch later: the reference calls the legacy ``scheduler.step(epoch)`` *after* each epoch
-  (Consistency, SmoothMix, CAT-RS and the smoothing-consistency MNIST baselines: StepLR(30) drops from
-  epochs 31 and 61; methods-core.md §5.3, methods-advanced.md §0); the first k end-of-epoch steps are skipped;
-- k = −1: one epoch earlier: the reference calls ``step()`` before each epoch (MACER's main.py); the scheduler
-  is stepped once before training.
-
-:attr:`lr_dropped` says whether the LR in effect is below the initial one (MACER's deferral keys on it).
+**LR schedule timing.** The scheduler steps once per epoch, shifted by ``scheduler_epoch_offset`` so that
+a recipe's LR drops land where its reference's do (:mod:`rs_lightning.methods.schedule`); :attr:`lr_dropped`
+says whether the LR in effect is below the initial one (MACER's deferral keys on it).
 
 **Faults.** A non-finite loss stops training with :class:`NonFiniteLossError` (epoch, step, method, last
 finite loss) before the optimizer step, or with ``on_nonfinite_loss="skip"`` skips that step (also when a
@@ -35,7 +26,6 @@ when the generator is created on the module's device, i.e. after Lightning moved
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +41,7 @@ from rs_lightning.models.checkpoint import CHECKPOINT_KEY
 from rs_lightning.smoothing.soft import noisy_logits
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
+from . import schedule
 from .faults import (
     NONFINITE_POLICIES,
     NonFiniteLossError,
@@ -95,12 +86,7 @@ class SmoothingMethod(pl.LightningModule):
         scheduler_epoch_offset: int = 0,
     ) -> None:
         super().__init__()
-        if isinstance(scheduler_epoch_offset, bool) or not isinstance(scheduler_epoch_offset, int):
-            raise ConfigError(
-                "optim.scheduler_epoch_offset", scheduler_epoch_offset, "an integer (0, 1 or -1)",
-                "1 = the reference calls scheduler.step(epoch) after each epoch (drops land one epoch later)",
-            )  # fmt: skip
-        self.scheduler_epoch_offset = int(scheduler_epoch_offset)
+        self.scheduler_epoch_offset = schedule.epoch_offset(scheduler_epoch_offset)
         require_positive("sigma", sigma)
         require_at_least("num_chunks", num_chunks, 1)
         if on_nonfinite_loss not in NONFINITE_POLICIES:
@@ -250,17 +236,14 @@ class SmoothingMethod(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         schedulers = self.lr_schedulers()
-        if schedulers is None or self.current_epoch < self.scheduler_epoch_offset:
-            return
-        for scheduler in schedulers if isinstance(schedulers, list) else [schedulers]:
-            scheduler.step()
+        if schedulers is not None:
+            schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
+            schedule.step_after_epoch(schedulers, self.current_epoch, self.scheduler_epoch_offset)
 
     @property
     def lr_dropped(self) -> bool:
-        """Whether the LR in effect (first parameter group) is below its initial value: false before the
-        scheduler's first drop takes effect, and always without a scheduler."""
-        group = self.trainer.optimizers[0].param_groups[0]
-        return group["lr"] < group.get("initial_lr", group["lr"])
+        """Whether the LR in effect is below its initial one (:func:`.schedule.lr_dropped`)."""
+        return schedule.lr_dropped(self.trainer.optimizers[0])
 
     def on_validation_epoch_start(self) -> None:
         self._val_generator = self._generator(1)  # the same validation noise every epoch
@@ -291,10 +274,7 @@ class SmoothingMethod(pl.LightningModule):
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer=optimizer)
-        with warnings.catch_warnings():  # "step() before optimizer.step()": intended for k < 0
-            warnings.simplefilter("ignore", UserWarning)
-            for _ in range(-self.scheduler_epoch_offset):  # a resume then restores the scheduler's state
-                scheduler.step()
+        schedule.step_before_training([scheduler], self.scheduler_epoch_offset)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
 
     # ----------------------------------------------------------- checkpoints
