@@ -14,15 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rs_lightning.smoothing.soft import loss_precision
+from rs_lightning.smoothing.soft import soft_kl
 
 from .common import normalize_l2, per_sample_norm, project_l2
-
-
-def soft_kl(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``KL(target ‖ softmax(logits))`` over the last dimension (``0·log 0 = 0``), one value per row; in
-    float32 when the logits come from bf16/fp16 autocast (:func:`loss_precision`)."""
-    return F.kl_div(F.log_softmax(loss_precision(logits), dim=-1), target, reduction="none").sum(dim=-1)
 
 
 def mean_rms(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import inspect
 
 import torch
-import torch.nn.functional as F
 
 from rs_lightning.attacks.noise_space import sphere_noise_pgd
 from rs_lightning.data.curation import ACRCuration, require_before_end, resolve_start_epoch
-from rs_lightning.smoothing.soft import copy_rows, frozen_eval
+from rs_lightning.smoothing.soft import copies_ce, copy_rows, frozen_eval
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 from .base import SmoothingMethod
@@ -102,4 +101,4 @@ class ACRGaming(SmoothingMethod):
                     steps=self.attack_steps, step_size=self.attack_step_size, copies=m,
                 ).view_as(noise)  # fmt: skip
         logits, _ = self.noisy_logits(x, noise=noise)
-        return F.cross_entropy(logits.flatten(0, 1), y.repeat(m))
+        return copies_ce(logits, y)

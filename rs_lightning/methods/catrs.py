@@ -11,8 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from rs_lightning.attacks.noise_space import kl_noise_pgd, soft_kl
-from rs_lightning.smoothing.soft import copy_rows, frozen_eval
+from rs_lightning.attacks.noise_space import kl_noise_pgd
+from rs_lightning.smoothing.soft import copy_rows, frozen_eval, soft_kl
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 from .base import SmoothingMethod

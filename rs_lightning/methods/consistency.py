@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from rs_lightning.attacks.smoothadv import smoothadv_pgd
-from rs_lightning.smoothing.soft import smoothed_softmax
+from rs_lightning.smoothing.soft import copies_ce, smoothed_softmax, soft_kl
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
 from .base import SmoothingMethod
@@ -95,11 +95,11 @@ class Consistency(SmoothingMethod):
 
     def consistency_terms(self, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Per-image ``(KL, H, MSE)`` from logits ``(m, B', K)``: mean_j KL(p̄‖p_j), H(p̄), ‖p_2 − p_1‖²."""
-        log_p = F.log_softmax(logits, dim=-1)
         p_bar = smoothed_softmax(logits)
-        kl = F.kl_div(log_p, p_bar.expand_as(log_p), reduction="none").sum(-1).mean(0)
+        kl = soft_kl(logits, p_bar).mean(0)
         entropy = -(p_bar * torch.log(p_bar.clamp_min(1e-20))).sum(-1)
-        mse = (log_p[1].exp() - log_p[0].exp()).pow(2).sum(-1)
+        p = F.log_softmax(logits, dim=-1).exp()
+        mse = (p[1] - p[0]).pow(2).sum(-1)
         return kl, entropy, mse
 
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
@@ -107,7 +107,7 @@ class Consistency(SmoothingMethod):
         noise = self.draw_noise(x, m)  # δ_1..δ_m, (m, B', ...)
         # (m, B', K), float32 under bf16-mixed: the CE and consistency gradients then add up in float32
         logits, _ = self.noisy_logits(self.attacked(x, y, noise), noise=noise)
-        cross_entropy = F.cross_entropy(logits.flatten(0, 1), y.repeat(m))
+        cross_entropy = copies_ce(logits, y)
         kl, entropy, mse = self.consistency_terms(logits)
         if self.loss == "default":
             consistency = self.lbd * kl + self.eta * entropy

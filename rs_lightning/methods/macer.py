@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.distributions import Normal
 
-from rs_lightning.smoothing.soft import smoothed_softmax
+from rs_lightning.smoothing.soft import smoothed_nll, smoothed_softmax
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
 from .base import SmoothingMethod
@@ -101,8 +101,7 @@ class MACER(SmoothingMethod):
         # (k, B, K), float32 under bf16-mixed: in bf16 any p_A > 0.999 rounds to 1 and Phi^-1(p_A) to inf, so
         # such images would leave the hinge (masked) although xi <= gamma; and the soft CE would be bf16.
         logits, _ = self.noisy_logits(x, self.num_noise_vec)
-        p_y = smoothed_softmax(logits).gather(1, y[:, None]).squeeze(1)
-        classification = -torch.log(p_y + 1e-10).sum()
+        classification = smoothed_nll(logits, y, floor=0.0, reduction="sum", offset=1e-10)
         lbd = self.robustness_weight()
         if self._trainer is not None:
             self.log("train/macer_lambda", lbd, on_step=False, on_epoch=True, batch_size=len(x))

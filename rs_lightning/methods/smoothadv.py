@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from rs_lightning.attacks.smoothadv import smoothadv_ddn, smoothadv_pgd, smoothadv_pgd_nograd
+from rs_lightning.smoothing.soft import copies_ce
 from rs_lightning.validation import ConfigError, require_at_least, require_open_unit, require_positive
 
 from .base import SmoothingMethod
@@ -122,7 +123,7 @@ class SmoothAdv(SmoothingMethod):
         if self.multi_noise:
             x_adv, noise = self._attacked_copies(x, y)
             logits, _ = self.noisy_logits(x_adv, noise=noise)  # (m, B', K), train mode
-            return F.cross_entropy(logits.flatten(0, 1), y.repeat(m))
+            return copies_ce(logits, y)
         x_adv, first = [], []
         for xc, yc in zip(x.split(math.ceil(len(x) / m)), y.split(math.ceil(len(x) / m)), strict=True):
             x_hat, noise = self._attacked_copies(xc, yc)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from rs_lightning.attacks.smoothmix import smoothmix_pgd
-from rs_lightning.smoothing.soft import frozen_eval, smoothed_softmax
+from rs_lightning.smoothing.soft import copies_ce, frozen_eval, smoothed_softmax, soft_kl
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
 from .base import SmoothingMethod
@@ -106,15 +105,14 @@ class SmoothMix(SmoothingMethod):
         # (m, B, K) in train mode, float32 under bf16-mixed: the CE, p̄ and KL arithmetic is ours, and the
         # gradients of the CE and mixup terms then add up in float32
         logits_c, _ = self.noisy_logits(x_c, noise=noises)
-        loss_ce = F.cross_entropy(logits_c.flatten(0, 1), y.repeat(m))
+        loss_ce = copies_ce(logits_c, y)
         p_bar = smoothed_softmax(logits_c)  # not detached (reference behaviour, §1.3)
 
         lam = self.draw_lambda(x)
         lam_x = lam.view(-1, *([1] * (x.dim() - 1)))
         x_mix = (1 - lam_x) * x_c + lam_x * x_adv
         y_mix = (1 - lam[:, None]) * p_bar + lam[:, None] / p_bar.shape[1]
-        log_probs = F.log_softmax(self.noisy_logits(x_mix, noise=noises)[0], dim=-1)
-        kl = F.kl_div(log_probs, y_mix.expand_as(log_probs), reduction="none").sum(-1)  # (m, B)
+        kl = soft_kl(self.noisy_logits(x_mix, noise=noises)[0], y_mix)  # (m, B)
         correct = (p_bar.argmax(dim=1) == y).to(kl.dtype)
         loss_mix = (correct * kl).mean()
 

@@ -68,12 +68,30 @@ def smoothed_softmax(logits: torch.Tensor) -> torch.Tensor:
     return F.softmax(loss_precision(logits), dim=-1).mean(dim=0)
 
 
-def smoothed_nll(logits: torch.Tensor, y: torch.Tensor, floor: float = 1e-20, reduction: str = "mean"):
-    """-log((1/m) sum_j softmax(z_j)_y), the CE of the Monte-Carlo soft smoothed classifier.
+def smoothed_nll(
+    logits: torch.Tensor, y: torch.Tensor, floor: float = 1e-20, reduction: str = "mean", offset: float = 0.0
+):
+    """-log(max((1/m) sum_j softmax(z_j)_y, floor) + offset): CE of the Monte-Carlo soft smoothed classifier.
 
     Salman et al. 2019 Eq. (S) / SmoothAdv-PGD objective: softmax first, average over the m draws, clamp at
-    ``floor``, then log. ``logits``: ``(m, B, K)``.
+    ``floor``, then log; MACER's classification term (Zhai et al. 2020 Eq. 7, macer.py) adds ``offset=1e-10``
+    with ``floor=0`` instead. ``logits``: ``(m, B, K)``.
     """
     p_y = smoothed_softmax(logits).gather(1, y[:, None]).squeeze(1)
-    loss = -torch.log(p_y.clamp_min(floor))
+    loss = -torch.log(p_y.clamp_min(floor) + offset) if offset else -torch.log(p_y.clamp_min(floor))
     return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+def copies_ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of every copy against its input's label: ``logits`` ``(m, B, K)``, ``y`` ``(B,)``
+    (Gaussian augmentation with m draws per image, the CE terms of Consistency, SmoothMix and ACR-gaming)."""
+    m = logits.shape[0]
+    return F.cross_entropy(logits.flatten(0, 1), y.repeat(m))
+
+
+def soft_kl(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``KL(target ‖ softmax(logits))`` over the last dimension (``0·log 0 = 0``), one value per row; in
+    float32 when the logits come from bf16/fp16 autocast (:func:`loss_precision`). ``target`` broadcasts
+    against ``logits`` (e.g. p̄ ``(B, K)`` against copies ``(m, B, K)``)."""
+    log_p = F.log_softmax(loss_precision(logits), dim=-1)
+    return F.kl_div(log_p, target.expand_as(log_p), reduction="none").sum(dim=-1)
