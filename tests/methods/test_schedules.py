@@ -19,6 +19,7 @@ Milestones are scaled to a 3-epoch run: StepLR(s) -> StepLR(1); MultiStepLR([m1,
 
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
 
@@ -37,6 +38,12 @@ from rs_lightning.models import build_classifier
 
 EPOCHS = 3
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+
+
+@functools.cache
+def experiment_config(name: str):
+    """The composed training config of ``experiment=name`` (composed once per test session)."""
+    return compose_config("train", [f"experiment={name}", "paths.output_dir=x"])
 
 
 def reference_style(name: str) -> str:
@@ -110,7 +117,7 @@ def our_lrs(optimizer_factory, scheduler_cfg: dict, offset: int) -> list[float]:
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_lr_per_epoch_equals_the_references(name):
-    cfg = compose_config("train", [f"experiment={name}", "paths.output_dir=x"])
+    cfg = experiment_config(name)
     assert "scheduler_epoch_offset" in cfg.optim, f"{name} does not state its LR timing"
     scheduler_cfg = scaled_scheduler_config(cfg)
     optimizer_factory = instantiate(cfg.optim.optimizer)
@@ -186,3 +193,67 @@ def test_macer_deferral_until_an_lr_drop_needs_a_scheduler(tmp_path):
     )  # fmt: skip
     with pytest.raises(ConfigError, match=r"method.deferred_epochs='lr_drop'.*optim.scheduler is null"):
         train(cfg)
+
+
+# The reference's full schedule per experiment: (epochs, 0-based epochs from which each LR drop takes effect),
+# read off the reference's code and its call style (the module docstring). The scaled test above checks the
+# timing convention; this one pins the absolute numbers, so a wrong step_size, milestone or epoch count fails.
+FULL_SCHEDULES = {
+    # smoothing-consistency MNIST (methods-core §2, §3.6, §4.3, §5.3): StepLR(30), legacy step after
+    r"(cohen|consistency|consistency_smoothadv|macer|smoothadv|smoothmix)_mnist_sigma\d+": (90, [31, 61]),
+    # CAT-RS MNIST and its soft-label source (methods-advanced §2.3): 150 epochs, StepLR(50), legacy after
+    r"(catrs_mnist_sigma\d+|cohen_mnist_sigma025_catrs_pretrain)": (150, [51, 101]),
+    # Cohen's train.py (methods-core §2): StepLR(30) stepped with step(epoch) at the start of each epoch
+    r"cohen_(cifar10|imagenet)_sigma(025|050|100)": (90, [30, 60]),
+    # SmoothAdv train_pgd.py (methods-core §3.6): CIFAR-10 150 / StepLR(50), ImageNet 90 / StepLR(30)
+    r"smoothadv_cifar10_sigma\d+": (150, [50, 100]),
+    r"smoothadv_imagenet_sigma\d+": (90, [30, 60]),
+    # Consistency, SmoothMix, CAT-RS CIFAR-10, CAT-RS's Gaussian pretrain and MACER re-run: StepLR(50)
+    r"(consistency|consistency_smoothadv|smoothmix|catrs)_cifar10_sigma\d+": (150, [51, 101]),
+    r"cohen_cifar10_sigma025_catrs_pretrain|macer_cifar10_sigma(050|100)": (150, [51, 101]),
+    # ImageNet: Consistency / SmoothMix StepLR(30) legacy; CAT-RS with its extra x0.1 at epoch 85 (§2.3)
+    r"(consistency|smoothmix)_imagenet_sigma\d+": (90, [31, 61]),
+    r"catrs_imagenet_sigma\d+": (90, [31, 61, 86]),
+    # RuntianZ/macer main.py CIFAR-10 (methods-core §4.3): 440 epochs, MultiStepLR([200, 400]), step() before
+    r"macer_cifar10_sigma025": (440, [199, 399]),
+    # MACER ImageNet (UNVERIFIED recipe, see the file): 120 epochs, Cohen's StepLR(30) timing
+    r"macer_imagenet_sigma\d+": (120, [30, 60, 90]),
+    # eth-sri/acr-weakness (methods-advanced §3): MultiStepLR([50, 100]), step() after each epoch; ImageNet 90
+    r"acr_gaming_cifar10_sigma\d+": (150, [50, 100]),
+    r"acr_gaming_imagenet_sigma\d+": (90, [50]),
+    # ARS src/train.py (extensions.md §1.7): StepLR(30), step() after each epoch; CIFAR-10 20kBG 100 epochs,
+    # ImageNet 90; the offline cluttered-MNIST benchmark uses the MNIST LeNet recipe (90 epochs)
+    r"ars(_static|_vanilla)?_cifar10_composite_sigma050": (100, [30, 60, 90]),
+    r"ars_imagenet_sigma100|ars(_static|_vanilla)?_cluttered_mnist_sigma050": (90, [30, 60]),
+}
+
+
+def lr_drop_epochs(cfg) -> list[int]:
+    """0-based epochs at whose start our LR is lower than in the epoch before, over the whole recipe."""
+    from rs_lightning.methods import schedule
+
+    optimizer = instantiate(cfg.optim.optimizer)(params=[nn.Parameter(torch.zeros(1))])
+    scheduler = instantiate(cfg.optim.scheduler)(optimizer=optimizer)
+    offset = cfg.optim.scheduler_epoch_offset
+    schedule.step_before_training([scheduler], offset)
+    drops, previous = [], None
+    for epoch in range(cfg.optim.max_epochs):
+        lr = optimizer.param_groups[0]["lr"]
+        if previous is not None and lr < previous:
+            drops.append(epoch)
+        previous = lr
+        optimizer.step()
+        schedule.step_after_epoch([scheduler], epoch, offset)
+    return drops
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_full_schedule_drops_where_the_reference_does(name):
+    import re
+
+    matches = [v for pattern, v in FULL_SCHEDULES.items() if re.fullmatch(pattern, name)]
+    assert len(matches) == 1, f"{name}: add its reference schedule to FULL_SCHEDULES (matches: {matches})"
+    epochs, drops = matches[0]
+    cfg = experiment_config(name)
+    assert cfg.optim.max_epochs == epochs
+    assert lr_drop_epochs(cfg) == drops
