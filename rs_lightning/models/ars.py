@@ -38,7 +38,11 @@ SIGMA2_FLOOR = 1e-6
 
 def query_sigmas(sigma: float, budget_frac: float) -> tuple[float, float]:
     """``(σ/√f, σ/√(1−f))``: the first query's noise and the second's before the mask-norm factor."""
-    if isinstance(budget_frac, bool) or not 0.0 < float(budget_frac) < 1.0:
+    try:
+        valid = not isinstance(budget_frac, bool) and 0.0 < float(budget_frac) < 1.0
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
         raise ConfigError(
             "method.first_query_budget_frac", budget_frac, "in the open interval (0, 1)",
             "the share f of the privacy budget spent on the first query (reference 0.5)",

@@ -88,27 +88,37 @@ def test_all_ones_mask_with_half_budget_is_cohens_noise():
     assert torch.allclose(pipeline(x, noise), expected, atol=1e-12)
 
 
+@pytest.mark.parametrize("frac", [0.2, 0.5, 0.8])
 @pytest.mark.parametrize("value", [0.1, 0.5, 1.0])
-def test_average_is_unbiased_and_has_variance_sigma_squared_for_constant_masks(value):
+def test_average_is_unbiased_and_has_variance_sigma_squared_for_constant_masks(value, frac):
     """E[x̂] = x for a constant mask (inverse-variance average of m₁ and m₂/w). The bias of the plausible
     bug of averaging m₂ instead of m₂/w is (1 − w)·σ₁²/(σ₂² + σ₁²)·x ≥ 0.07 at w = 0.1 and x = 0.8, 200
-    standard errors; for any constant w the variance is σ² (σ₂ follows ‖w‖)."""
+    standard errors; for any constant w and budget share f the variance is σ² (σ₂ follows ‖w‖). The f ≠ ½
+    cases catch a σ₂ computed with the wrong share (e.g. σ/√f for both queries: variance 2.5σ² at f = 0.2,
+    0.625σ² at f = 0.8), which f = ½ cannot tell apart."""
     sigma, shape = 0.25, (1, 16, 16)
     pipeline = AdaptiveSmoothing(
-        Identity(), sigma=sigma, input_shape=shape, mode="ars", mask=ConstantMask(value)
-    )
+        Identity(), sigma=sigma, input_shape=shape, mode="ars", mask=ConstantMask(value),
+        first_query_budget_frac=frac,
+    )  # fmt: skip
     generator = torch.Generator().manual_seed(2)
     x = torch.full((512, *shape), 0.8, dtype=torch.float64)
     noise = torch.randn(512, 2, *shape, generator=generator, dtype=torch.float64)
     error = pipeline(x, noise) - x
     se = sigma / math.sqrt(error.numel())
     assert abs(float(error.mean())) < 4 * se
-    s1, s2_base = query_sigmas(sigma, 0.5)
+    s1, s2_base = query_sigmas(sigma, frac)
     s2 = s2_base * value  # ||w|| / sqrt(d) = value
     m1, m2 = x + s1 * noise[:, 0], value * x + s2 * noise[:, 1]
     buggy = (s2**2 * m1 + s1**2 * m2) / (s2**2 + s1**2)
     assert value == 1.0 or abs(float((buggy - x).mean())) > 50 * se
     assert float(error.var()) == pytest.approx(sigma**2, rel=0.02)
+
+
+@pytest.mark.parametrize("frac", [0.0, 1.0, 1.5, -0.1, "abc", None, True])
+def test_a_budget_share_outside_the_open_unit_interval_is_a_config_error(frac):
+    with pytest.raises(ConfigError, match="first_query_budget_frac"):
+        query_sigmas(0.5, frac)
 
 
 def dyadic(tensor: torch.Tensor) -> torch.Tensor:
