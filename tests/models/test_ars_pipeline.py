@@ -251,3 +251,52 @@ def test_smooth_takes_the_norm():
     assert label == Smooth.ABSTAIN or 0 <= radius <= 0.5 * norm.ppf(0.1 ** (1 / 100)) / 16 + 1e-9
     with pytest.raises(ConfigError, match="norm"):
         Smooth(pipeline, 3, 0.5).certify(torch.rand(1, 16, 16), 10, 100, 0.1, 50)
+
+
+class LearnedMask(nn.Module):
+    """A learnable per-pixel mask (B copies of one (1, 1, H, W) parameter), ignoring m1."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+
+    def forward(self, m1):
+        return self.weight.expand(m1.shape[0], -1, -1, -1)
+
+
+def test_the_gradient_reaches_the_mask_through_every_path():
+    """extensions.md §1.7: with reparameterized noise the loss reaches the mask through m₂ = w⊙x, through
+    σ₂(‖w‖) and through the averaging weights. Autograd must equal a central finite difference (float64) of
+    the same fixed-noise loss along a random direction; detaching σ₂ (a plausible bug that still trains)
+    changes the directional derivative by far more than the finite-difference error, which is checked too."""
+    torch.manual_seed(5)
+    sigma, shape = 0.5, (1, 8, 8)
+    weight = torch.rand(1, 1, 8, 8, dtype=torch.float64) * 0.8 + 0.1
+    pipeline = AdaptiveSmoothing(
+        Identity(), sigma=sigma, input_shape=shape, mode="ars", mask=LearnedMask(weight.clone())
+    )
+    x = torch.rand(4, *shape, dtype=torch.float64)
+    noise = torch.randn(4, 2, *shape, dtype=torch.float64)
+    r = torch.randn(4, *shape, dtype=torch.float64)
+    direction = torch.randn_like(weight)
+
+    def loss(w: torch.Tensor) -> torch.Tensor:
+        pipeline.mask.weight.data.copy_(w)
+        return (pipeline(x, noise) * r).sum()
+
+    h = 1e-6
+    numeric = (float(loss(weight + h * direction)) - float(loss(weight - h * direction))) / (2 * h)
+    pipeline.mask.weight.data.copy_(weight)
+    pipeline.mask.weight.grad = None
+    (pipeline(x, noise) * r).sum().backward()
+    autograd = float((pipeline.mask.weight.grad * direction).sum())
+    assert autograd == pytest.approx(numeric, rel=1e-6, abs=1e-8)
+
+    s1, s2_base = query_sigmas(sigma, 0.5)
+    w = weight.clone().requires_grad_(True)
+    wb = w.expand(4, -1, -1, -1)
+    s2 = step2_sigma(wb.detach(), s2_base, 1, 64)  # the bug: no gradient through sigma_2
+    m1 = x + s1 * noise[:, 0]
+    detached = (combine(m1, wb * x + s2 * noise[:, 1], wb, s1, s2) * r).sum()
+    (grad,) = torch.autograd.grad(detached, w)
+    assert abs(float((grad * direction).sum()) - numeric) > 1e3 * abs(autograd - numeric) + 1e-6
