@@ -84,10 +84,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="fewer samples and repeats (smoke)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     samples, batch, repeats = (200, 100, 2) if args.quick else (2000, 400, 5)
-    results = [bench_setting(name, samples, batch, repeats) for name in SETTINGS]
+    results = [bench_setting(name, samples, batch, repeats) for name in args.settings]
     out = {
         "benchmark": "ars_cost",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
