@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
+import runpy
+from pathlib import Path
 
 import lightning.pytorch as pl
 import numpy as np
@@ -76,6 +78,11 @@ def test_a_training_step_runs_and_the_checkpoint_certifies_in_linf(tmp_path, tin
     with pytest.raises(ConfigError, match="norm"):  # and certify.py refuses norm=l2 before any work
         certify(certify_config(tmp_path / "cert_l2", out["checkpoint"], ["n=200", "skip=6", "norm=l2"]))
     assert not (tmp_path / "cert_l2" / "certify.tsv").exists()
+    # the mask figure of docs/results.md draws both kinds (the static mask is a parameter that needs grad)
+    masks = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "ars_masks.py"))
+    png = tmp_path / "masks.png"
+    assert masks["main"]([str(out["checkpoint"]), "--out", str(png), "--inputs", "2", "--skip", "5"]) == 0
+    assert png.stat().st_size > 1000
 
 
 class BNClassifier(nn.Module):
