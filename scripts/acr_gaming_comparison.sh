@@ -6,7 +6,7 @@
 # The recipe's CIFAR-10 values (tau, S, eta_s, m) are kept; its epochs are scaled like the schedule: E_ds = the
 # share 0.4 of it (paper: 60 of 150; epoch 10 of 27) and reweighting every 2 epochs (paper: every 10 of 150).
 source "$(dirname "$0")/mnist_common.sh"
-REPORTS=${REPORTS:-docs/results/mnist}
+REPORTS=${REPORTS:-docs/results/mnist_structured}
 
 run() {  # run SIGMA_TAG SIGMA TAU STEPS
   train "acr_gaming_s$1" method=acr_gaming sigma="$2" method.ds_epoch=0.4 method.reweight_every=2 \
