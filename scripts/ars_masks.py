@@ -38,7 +38,7 @@ def mask_figure(pipeline: AdaptiveSmoothing, dataset, indices: list[int], seed: 
                                       device=torch.device("cpu"))  # fmt: skip
         with torch.no_grad():
             x_hat, w = pipeline.queries(x[None], noise)
-        w = w.detach()  # the static mask is the learned parameter itself, outside no_grad's reach
+        w = w.detach()  # static: a view of the mask parameter, which keeps requires_grad even under no_grad
         m1 = x[None] + s1 * noise[:, 0] if pipeline.mode == "ars" else x[None]
         ars = pipeline.mode == "ars"
         s2 = float(step2_sigma(w, s2_base, pipeline.channels, pipeline.dim)) if ars else None
