@@ -211,9 +211,10 @@ FULL_SCHEDULES = {
     # Consistency, SmoothMix, CAT-RS CIFAR-10, CAT-RS's Gaussian pretrain and MACER re-run: StepLR(50)
     r"(consistency|consistency_smoothadv|smoothmix|catrs)_cifar10_sigma\d+": (150, [51, 101]),
     r"cohen_cifar10_sigma025_catrs_pretrain|macer_cifar10_sigma(050|100)": (150, [51, 101]),
-    # ImageNet: Consistency / SmoothMix StepLR(30) legacy; CAT-RS with its extra x0.1 at epoch 85 (§2.3)
+    # ImageNet: Consistency / SmoothMix StepLR(30) legacy; CAT-RS with its extra x0.1 from epoch 85 (§2.3; its
+    # --lr_drop is applied by hand at the start of epoch 85, not by the legacy-stepped scheduler)
     r"(consistency|smoothmix)_imagenet_sigma\d+": (90, [31, 61]),
-    r"catrs_imagenet_sigma\d+": (90, [31, 61, 86]),
+    r"catrs_imagenet_sigma\d+": (90, [31, 61, 85]),
     # RuntianZ/macer main.py CIFAR-10 (methods-core §4.3): 440 epochs, MultiStepLR([200, 400]), step() before
     r"macer_cifar10_sigma025": (440, [199, 399]),
     # MACER ImageNet (UNVERIFIED recipe, see the file): 120 epochs, Cohen's StepLR(30) timing
