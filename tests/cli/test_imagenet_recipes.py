@@ -160,7 +160,7 @@ CATRS = {
         "MA §2.3 table, ImageNet row (sigma = 1.0); released log §2.5",
         {"sigma": 1.0, "method.lbd": 2.0, **CATRS_IMAGENET_ROW},
         CATRS_DEFAULTS,
-        drops=[30, 60, 85],
+        drops=[30, 60, 84],  # scheduler milestones; + offset 1: from epochs 31, 61, 85 (MA §2.3 --lr_drop 85)
         required="soft_labels",
     ),
     **{
@@ -169,7 +169,7 @@ CATRS = {
             "MA §2.3: ImageNet sigma = 1.0 only; that row with the CIFAR-10 lambda of this sigma",
             {"sigma": sigma},
             {"method.lbd": lbd, **CATRS_IMAGENET_ROW, **CATRS_DEFAULTS},
-            drops=[30, 60, 85],
+            drops=[30, 60, 84],  # + offset 1: from epochs 31, 61, 85
             required="soft_labels",
         )
         for s, sigma, lbd in (("025", 0.25, 0.5), ("050", 0.5, 1.0))
