@@ -14,9 +14,14 @@ run() {  # run SIGMA_TAG SIGMA TAU STEPS
   certify "acr_gaming_s$1"
 }
 
-run 025 0.25 0.5 3 > "$OUT/log_acr_gaming_s025.txt" 2>&1 &   # CIFAR-10 sigma 0.25: tau 0.5, S 3
-run 050 0.5 0.4 6 > "$OUT/log_acr_gaming_s050.txt" 2>&1 &    # CIFAR-10 sigma 0.5: tau 0.4, S 6
+for s in ${SIGMAS:-025 050}; do   # SIGMAS="025" runs one sigma; REPORTS=none skips the reports
+  case $s in
+    025) run 025 0.25 0.5 3 > "$OUT/log_acr_gaming_s025.txt" 2>&1 & ;;   # CIFAR-10 sigma 0.25: tau 0.5, S 3
+    050) run 050 0.5 0.4 6 > "$OUT/log_acr_gaming_s050.txt" 2>&1 & ;;    # CIFAR-10 sigma 0.5: tau 0.4, S 6
+  esac
+done
 wait
+[ "$REPORTS" = none ] && exit 0
 mkdir -p "$REPORTS"
 for s in 025 050; do
   $PY -m rs_lightning.cli.report "$OUT"/certify/*_s$s --out "$REPORTS/sigma$s" --overwrite \
