@@ -24,6 +24,6 @@ wait
 [ "$REPORTS" = none ] && exit 0
 mkdir -p "$REPORTS"
 for s in 025 050; do
-  $PY -m rs_lightning.cli.report "$OUT"/certify/*_s$s --out "$REPORTS/sigma$s" --overwrite \
+  $PY -m rs_lightning.cli.report "$ARCHIVE"/*_s$s --out "$REPORTS/sigma$s" --overwrite \
     --budgets 100 1000 10000 100000 1000000
 done

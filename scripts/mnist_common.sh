@@ -34,7 +34,13 @@ train() {  # train NAME OVERRIDES...: skipped when NAME finished (train.done); a
   touch "$dir/train.done"
 }
 
-certify() {  # certify NAME: the run's last.ckpt on the common protocol (resumes an interrupted run)
+ARCHIVE=${ARCHIVE:-docs/results/mnist_structured/runs}   # per-input results kept in the repo (see certify)
+
+certify() {  # certify NAME: the run's last.ckpt on the common protocol (resumes an interrupted run); then its
+  # per-input rows and settings (certify.tsv, settings.json, summary.json; a few kB) are copied to
+  # $ARCHIVE/NAME, so the reports and paired CIs can be rebuilt from the repo without the checkpoints
   $PY certify.py checkpoint="$OUT/train/$1/checkpoints/last.ckpt" $CERTIFY output_dir="$OUT/certify/$1" \
     hydra.run.dir="$OUT/certify/$1"
+  mkdir -p "$ARCHIVE/$1"
+  cp "$OUT/certify/$1"/{certify.tsv,settings.json,summary.json} "$ARCHIVE/$1/"
 }

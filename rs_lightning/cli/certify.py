@@ -161,6 +161,14 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
     return model, meta, checkpoint_datamodule(cfg, meta), resolve_sigma(cfg, meta["sigma"])
 
 
+def training_method(meta: dict) -> str | None:
+    """The training method's class name from the checkpoint metadata (e.g. "MACER"); None without one. Kept
+    in ``settings.json`` so a run folder names its method after the checkpoint is gone (the report's label)."""
+    method = meta.get("method")
+    target = method.get("_target_") if isinstance(method, dict) else None
+    return str(target).rsplit(".", 1)[-1] if target else None
+
+
 def _check_resume(settings_path: Path, settings: dict, table: Path) -> None:
     """Refuse a folder whose rows were made under other statistical settings (named in the message): those
     in its ``settings.json`` or, when that is missing, the per-row ``n``/``n0`` of the rows already there."""
@@ -358,6 +366,7 @@ def certify(cfg: DictConfig) -> dict:
         "checkpoint": None if checkpoint is None else str(checkpoint.resolve()),
         "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),
         "model": meta["model"],
+        "method": training_method(meta),
         "data": datamodule.describe(),
         "dim": math.prod(datamodule.input_shape),
         "pipeline": meta.get("pipeline"),

@@ -63,7 +63,8 @@ DOMINANCE_COLUMNS = ("sigma", "a", "b", "relation", "crossings", "acr_a", "acr_b
 
 
 def method_name(run: Run) -> str | None:
-    """The training method's class name from the run's checkpoint metadata (read with weights_only=True);
+    """The training method's class name: recorded in ``settings.json`` by certify.py, else from the run's
+    checkpoint metadata (read with weights_only=True);
     "<format> (published)" for a published checkpoint (``checkpoint_format=``); the model's class for a
     checkpoint-free run (e.g. ConstantClassifier); None if unknown."""
     checkpoint, model = run.settings.get("checkpoint"), run.settings.get("model")
@@ -72,14 +73,16 @@ def method_name(run: Run) -> str | None:
     if checkpoint is None:
         target = model.get("_target_") if isinstance(model, dict) else None
         return target.rsplit(".", 1)[-1] if target else None
-    if not Path(checkpoint).is_file():
-        return None
-    from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
+    name = run.settings.get("method")  # recorded at certification, so an archived folder keeps its label
+    if name is None:
+        if not Path(checkpoint).is_file():
+            return None
+        from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
 
-    try:
-        name = str(read_checkpoint(checkpoint)[CHECKPOINT_KEY]["method"]["_target_"]).rsplit(".", 1)[-1]
-    except (CheckpointError, KeyError, TypeError):
-        return None
+        try:
+            name = str(read_checkpoint(checkpoint)[CHECKPOINT_KEY]["method"]["_target_"]).rsplit(".", 1)[-1]
+        except (CheckpointError, KeyError, TypeError):
+            return None
     pipeline = run.settings.get("pipeline")
     return f"{name} ({pipeline.get('mode')})" if isinstance(pipeline, dict) else name
 

@@ -15,7 +15,7 @@ from rs_testing import REPO, certify_config, compose_config
 from rs_lightning.analysis import read_results
 from rs_lightning.analysis.budget import class_shares, constant_classifier_acr
 from rs_lightning.cli.certify import certify
-from rs_lightning.cli.report import main
+from rs_lightning.cli.report import load, main
 from rs_lightning.validation import ConfigError
 
 CONSTANT = ["checkpoint=null", "model=constant", "data=digits", "sigma=0.25", "n0=10"]
@@ -195,6 +195,25 @@ def test_report_of_a_trained_run_against_the_constant_classifier(trained_digits,
         trained, constant = list(csv.DictReader(f))
     assert float(trained["ca@0"]) > 0.85 and float(constant["ca@0"]) < 0.2
     assert np.isclose(float(trained["y(0.5)"]), float(trained["ca@0"]))
+
+
+def test_an_archived_run_folder_keeps_its_method_label(trained_digits, tmp_path):
+    """certify.py records the training method in settings.json, so a run folder copied without its checkpoint
+    (results archived next to the docs) is still labelled by its method, not by its folder name."""
+    run = tmp_path / "trained"
+    certify(certify_config(run, trained_digits["checkpoint"], ["n=100", "skip=60", "n0=10"]))
+    settings = json.loads((run / "settings.json").read_text())
+    assert settings["method"] == "GaussianAugmentation"
+    archived = tmp_path / "archive" / "gaussian_run"
+    archived.mkdir(parents=True)
+    (archived / "certify.tsv").write_text((run / "certify.tsv").read_text())
+    settings["checkpoint"] = str(tmp_path / "gone.ckpt")
+    (archived / "settings.json").write_text(json.dumps(settings))
+    (label,) = [r.label for r in load([str(archived)], None)]
+    assert label == "GaussianAugmentation σ=0.25"
+    del settings["method"]  # a folder certified before the key existed, checkpoint gone: the folder name
+    (archived / "settings.json").write_text(json.dumps(settings))
+    assert [r.label for r in load([str(archived)], None)] == ["gaussian_run σ=0.25"]
 
 
 def test_module_entry_point_reports_errors_in_one_line(tmp_path):
