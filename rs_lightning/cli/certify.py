@@ -163,7 +163,7 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
 
 def training_method(meta: dict) -> str | None:
     """The training method's class name from the checkpoint metadata (e.g. "MACER"); None without one. Kept
-    in ``settings.json`` so a run folder names its method after the checkpoint is gone (the report's label)."""
+    in ``settings.json`` so a run folder names its method after the checkpoint is gone (report labels)."""
     method = meta.get("method")
     target = method.get("_target_") if isinstance(method, dict) else None
     return str(target).rsplit(".", 1)[-1] if target else None
