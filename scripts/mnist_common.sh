@@ -23,9 +23,14 @@ mkdir -p "$OUT"
 TIMES="$OUT/train_times.tsv"
 [ -f "$TIMES" ] || printf 'run\tepochs\tseconds\tthreads\n' > "$TIMES"
 
+selected() {  # selected NAME: true unless ONLY (a space-separated list of run names) leaves NAME out
+  [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]
+}
+
 train() {  # train NAME OVERRIDES...: skipped when NAME finished (train.done); a killed run resumes from its
   # last.ckpt (written every epoch, so it does not mean "finished"); wall-clock appended to $TIMES
   local name=$1; shift
+  selected "$name" || return 0
   local dir="$OUT/train/$name"
   if [ -f "$dir/train.done" ]; then echo "skip training $name (done)"; return; fi
   local start=$(date +%s)
@@ -39,6 +44,7 @@ ARCHIVE=${ARCHIVE:-docs/results/mnist_structured/runs}   # per-input results kep
 certify() {  # certify NAME: the run's last.ckpt on the common protocol (resumes an interrupted run); then its
   # per-input rows and settings (certify.tsv, settings.json, summary.json; a few kB) are copied to
   # $ARCHIVE/NAME, so the reports and paired CIs can be rebuilt from the repo without the checkpoints
+  selected "$1" || return 0
   $PY certify.py checkpoint="$OUT/train/$1/checkpoints/last.ckpt" $CERTIFY output_dir="$OUT/certify/$1" \
     hydra.run.dir="$OUT/certify/$1"
   mkdir -p "$ARCHIVE/$1"

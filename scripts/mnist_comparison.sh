@@ -7,7 +7,8 @@
 # ninth of the data, StepLR(9), the experiment's own LR timing): MACER's lambda switches on with the first LR
 # drop (its experiment's deferred_epochs=lr_drop), the 10-epoch warm-ups last 3 (WARMUP).
 # The two sigmas run as two single-threaded processes side by side (2 CPU cores); STAGE=train|soft|catrs|
-# certify with SIGMAS="025" runs one stage for one sigma. Finished runs are skipped, so a rerun resumes.
+# certify with SIGMAS="025" runs one stage for one sigma, ONLY="catrs_s025 smoothmix_s050" only the runs named
+# (in train, catrs and certify; also in acr_gaming_comparison.sh). Finished runs are skipped, so a rerun resumes.
 source "$(dirname "$0")/mnist_common.sh"
 SOFT_LABEL_SAMPLES=${SOFT_LABEL_SAMPLES:-32}   # reference: 10,000 draws per training image
 SOFT="$OUT/soft_labels_gaussian_s025.npy"
