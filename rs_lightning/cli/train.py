@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import uuid
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from rs_lightning import __version__
@@ -111,6 +114,27 @@ def checkpoint_metadata(cfg: DictConfig, datamodule) -> dict:
     }
 
 
+def lock_output_dir(output_dir: str | Path):
+    """Hold an exclusive ``flock`` on ``<output_dir>/.train.lock`` while this run trains (the launching
+    process, global rank 0, only; released when the process ends). A second train.py on the same folder —
+    e.g. ``ckpt_path=last`` started twice — would resume from the same checkpoint and write interleaved
+    checkpoints and log rows; it is refused with a ConfigError before any work instead."""
+    if rank_zero_only.rank != 0 or os.environ.get("NODE_RANK", "0") != "0":  # other ranks use rank 0's lock
+        return None
+    handle = (Path(output_dir) / ".train.lock").open("a")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise ConfigError(
+            "paths.output_dir",
+            str(output_dir),
+            "a folder no other train.py is training in",
+            "Another running train.py holds it (same hydra.run.dir); wait for it, or choose another folder",
+        ) from None
+    return handle
+
+
 def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> dict:
     """Train the configured method; returns ``{"checkpoint": path, "metrics": {...}, "output_dir": ...}``.
 
@@ -119,6 +143,16 @@ def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> 
     validate_train_config(cfg)
     require_writable_dir(cfg.paths.output_dir, "paths.output_dir")
     check_trainer_config(cfg.trainer)
+    lock = lock_output_dir(cfg.paths.output_dir)
+    try:
+        return _train(cfg, extra_callbacks)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
+    """:func:`train` once its configuration is checked and its output folder locked."""
     ckpt_path, resumed = resume_checkpoint(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     if not torch.cuda.is_available():

@@ -6,6 +6,7 @@ Issue 9 ("Faults"): each test names the defect it exists to catch.
 from __future__ import annotations
 
 import csv
+import fcntl
 import os
 import re
 import signal
@@ -101,6 +102,19 @@ def test_resume_refuses_another_method_or_sigma_naming_the_difference(tmp_path):
         train(train_config(tmp_path, ["optim.max_epochs=2", "ckpt_path=last", "method=consistency", *QUIET]))
     with pytest.raises(ConfigError, match=r"^paths.output_dir=.*resume it with ckpt_path=last"):
         train(train_config(tmp_path, ["optim.max_epochs=2", *QUIET]))  # a new run would overwrite it
+
+
+def test_a_second_train_on_a_folder_in_use_is_refused_before_any_work(tmp_path):
+    """Catches: two train.py with ckpt_path=last on one folder (a requeue racing a live job) both resuming
+    from the same checkpoint and interleaving their checkpoints and CSV rows."""
+    with (tmp_path / ".train.lock").open("a") as held:  # what a running train.py holds
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(ConfigError, match=r"^paths.output_dir=.*no other train.py is training in"):
+            train(train_config(tmp_path, ["optim.max_epochs=1", "ckpt_path=last", *QUIET]))
+        assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "csv").exists()
+    result = train(train_config(tmp_path, ["optim.max_epochs=1", "ckpt_path=last", *QUIET]))  # released
+    assert Path(result["checkpoint"]).is_file()
+    train(train_config(tmp_path, ["optim.max_epochs=2", "ckpt_path=last", *QUIET]))  # lock ends with the run
 
 
 def test_ckpt_path_last_without_a_checkpoint_starts_a_new_run(tmp_path, capsys):
