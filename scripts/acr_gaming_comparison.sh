@@ -5,6 +5,8 @@
 # scripts/mnist_comparison.sh with the same OUT:  bash scripts/acr_gaming_comparison.sh
 # The recipe's CIFAR-10 values (tau, S, eta_s, m) are kept; its epochs are scaled like the schedule: E_ds = the
 # share 0.4 of it (paper: 60 of 150; epoch 10 of 27) and reweighting every 2 epochs (paper: every 10 of 150).
+# SIGMAS="025" runs one sigma, REPORTS=none skips the reports; the reports read the per-input results that
+# certify() archives in docs/results/mnist_structured/runs (so runs of earlier sessions are included).
 source "$(dirname "$0")/mnist_common.sh"
 REPORTS=${REPORTS:-docs/results/mnist_structured}
 
