@@ -16,7 +16,7 @@ run() {  # run SIGMA_TAG SIGMA TAU STEPS
   certify "acr_gaming_s$1"
 }
 
-for s in ${SIGMAS:-025 050}; do   # SIGMAS="025" runs one sigma; REPORTS=none skips the reports
+for s in ${SIGMAS:-025 050}; do
   case $s in
     025) run 025 0.25 0.5 3 > "$OUT/log_acr_gaming_s025.txt" 2>&1 & ;;   # CIFAR-10 sigma 0.25: tau 0.5, S 3
     050) run 050 0.5 0.4 6 > "$OUT/log_acr_gaming_s050.txt" 2>&1 & ;;    # CIFAR-10 sigma 0.5: tau 0.4, S 6

@@ -169,6 +169,19 @@ def read_results(path: str | os.PathLike, required: tuple[str, ...] = REQUIRED) 
     return {c: np.array([r[c] for r in rows]) for c in header}
 
 
+def try_flock(path: str | os.PathLike, shared: bool = False):
+    """Open ``path`` for appending (created if missing) and take a non-blocking ``flock`` on it, shared or
+    exclusive; the returned file holds the lock until it is closed (or the process ends). None when another
+    process holds a conflicting lock."""
+    handle = Path(path).open("a", encoding="utf-8")  # noqa: SIM115 (returned: it holds the lock)
+    try:
+        fcntl.flock(handle.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    return handle
+
+
 class ResultWriter:
     """Appends rows to a TSV; on open, validates the header and repairs an incomplete last line."""
 
@@ -177,11 +190,8 @@ class ResultWriter:
         self.columns = columns
         self.done: set[int] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
-        try:
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._file.close()
+        self._file = try_flock(self.path)
+        if self._file is None:
             raise ResultFileError(
                 f"{self.path} is being written by another running process (certify.py into the same "
                 "output_dir); wait for it, give each job its own part with shard=i/k, or use another "
@@ -265,11 +275,8 @@ class FolderLock:
 
     def __init__(self, folder: str | os.PathLike, shared: bool) -> None:
         self.path = Path(folder) / ".lock"
-        self._file = self.path.open("a")
-        try:
-            fcntl.flock(self._file.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except OSError:
-            self._file.close()
+        self._file = try_flock(self.path, shared)
+        if self._file is None:
             raise ResultFileError(
                 f"output_dir={str(self.path.parent)!r} is in use by another running certify.py "
                 f"({'an unsharded run' if shared else 'a run'}); wait for it, run parts side by side with "

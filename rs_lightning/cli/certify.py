@@ -44,7 +44,7 @@ from rs_lightning.analysis.results import (
     write_json_atomic,
 )
 from rs_lightning.data.subset import parse_shard, shard_of, subset_indices
-from rs_lightning.models.checkpoint import load_classifier
+from rs_lightning.models.checkpoint import load_classifier, training_method
 from rs_lightning.models.normalize import build_classifier
 from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_published
 from rs_lightning.smoothing import CertificationSpec, run_dataset
@@ -159,14 +159,6 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
         )
     model, meta = load_classifier(checkpoint, map_location=device)
     return model, meta, checkpoint_datamodule(cfg, meta), resolve_sigma(cfg, meta["sigma"])
-
-
-def training_method(meta: dict) -> str | None:
-    """The training method's class name from the checkpoint metadata (e.g. "MACER"); None without one. Kept
-    in ``settings.json`` so a run folder names its method after the checkpoint is gone (report labels)."""
-    method = meta.get("method")
-    target = method.get("_target_") if isinstance(method, dict) else None
-    return str(target).rsplit(".", 1)[-1] if target else None
 
 
 def _check_resume(settings_path: Path, settings: dict, table: Path) -> None:

@@ -62,6 +62,24 @@ OUTPUTS = ("report.md", "table.csv", "dominance.csv", "budget.csv", "budget_acr.
 DOMINANCE_COLUMNS = ("sigma", "a", "b", "relation", "crossings", "acr_a", "acr_b", "acr_disagrees")
 
 
+def _checkpoint_method(path: str) -> str | None:
+    """The training method recorded in a checkpoint file (read with weights_only=True); None if the file is
+    gone or has none."""
+    if not Path(path).is_file():
+        return None
+    from rs_lightning.models.checkpoint import (
+        CHECKPOINT_KEY,
+        CheckpointError,
+        read_checkpoint,
+        training_method,
+    )
+
+    try:
+        return training_method(read_checkpoint(path)[CHECKPOINT_KEY])
+    except (CheckpointError, KeyError, TypeError):
+        return None
+
+
 def method_name(run: Run) -> str | None:
     """The training method's class name: recorded in ``settings.json`` by certify.py, else from the run's
     checkpoint metadata (read with weights_only=True);
@@ -73,16 +91,9 @@ def method_name(run: Run) -> str | None:
     if checkpoint is None:
         target = model.get("_target_") if isinstance(model, dict) else None
         return target.rsplit(".", 1)[-1] if target else None
-    name = run.settings.get("method")  # recorded at certification, so an archived folder keeps its label
+    name = run.settings.get("method") or _checkpoint_method(checkpoint)  # settings: an archived folder
     if name is None:
-        if not Path(checkpoint).is_file():
-            return None
-        from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointError, read_checkpoint
-
-        try:
-            name = str(read_checkpoint(checkpoint)[CHECKPOINT_KEY]["method"]["_target_"]).rsplit(".", 1)[-1]
-        except (CheckpointError, KeyError, TypeError):
-            return None
+        return None
     pipeline = run.settings.get("pipeline")
     return f"{name} ({pipeline.get('mode')})" if isinstance(pipeline, dict) else name
 

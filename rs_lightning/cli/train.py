@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import uuid
 from pathlib import Path
@@ -16,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from rs_lightning import __version__
+from rs_lightning.analysis.results import try_flock
 from rs_lightning.loggers import ResumableCSVLogger, trained_batches
 from rs_lightning.models import build_classifier
 from rs_lightning.models.checkpoint import CHECKPOINT_KEY, check_training_checkpoint
@@ -121,11 +121,8 @@ def lock_output_dir(output_dir: str | Path):
     checkpoints and log rows; it is refused with a ConfigError before any work instead."""
     if rank_zero_only.rank != 0 or os.environ.get("NODE_RANK", "0") != "0":  # other ranks use rank 0's lock
         return None
-    handle = (Path(output_dir) / ".train.lock").open("a")
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
+    handle = try_flock(Path(output_dir) / ".train.lock")
+    if handle is None:
         raise ConfigError(
             "paths.output_dir",
             str(output_dir),

@@ -209,3 +209,11 @@ def load_classifier(
         ) from err
     _require_finite({k: v for k, v in checkpoint["state_dict"].items() if k.startswith("mask.")}, path)
     return model.to(map_location).eval(), meta
+
+
+def training_method(meta: dict) -> str | None:
+    """The training method's class name from checkpoint metadata (e.g. "MACER"); None without one. certify.py
+    keeps it in ``settings.json``, so a run folder names its method after the checkpoint is gone."""
+    method = meta.get("method")
+    target = method.get("_target_") if isinstance(method, dict) else None
+    return str(target).rsplit(".", 1)[-1] if target else None
