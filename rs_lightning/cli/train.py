@@ -12,6 +12,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from rs_lightning import __version__
@@ -132,6 +133,12 @@ def lock_output_dir(output_dir: str | Path):
     return handle
 
 
+SIGTERM_EXIT_STATUS = 143
+"""Exit status of a run stopped by SIGTERM (128 + 15, the shell's convention), after
+:class:`~rs_lightning.callbacks.interrupt.CheckpointOnInterrupt` wrote ``last.ckpt``: a job script or
+scheduler sees an unfinished run, not a finished one."""
+
+
 def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> dict:
     """Train the configured method; returns ``{"checkpoint": path, "metrics": {...}, "output_dir": ...}``.
 
@@ -181,7 +188,10 @@ def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(plain(cfg))
-    trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path)
+    try:
+        trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path)
+    except SIGTERMException as stop:  # Lightning's SystemExit(None) would exit with status 0: "finished"
+        raise SystemExit(SIGTERM_EXIT_STATUS) from stop
     for logger in loggers:  # W&B keeps its run open after fit: close it so a next run in this process is new
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             logger.experiment.finish()

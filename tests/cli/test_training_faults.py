@@ -124,6 +124,31 @@ def test_ckpt_path_last_without_a_checkpoint_starts_a_new_run(tmp_path, capsys):
     assert torch.load(result["checkpoint"], weights_only=True)["global_step"] == 23
 
 
+class SendSigterm(pl.Callback):
+    """Sends SIGTERM to this process (what a cluster does on preemption) at (epoch, batch)."""
+
+    def __init__(self, epoch: int, batch: int):
+        self.epoch, self.batch = epoch, batch
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_writes_a_checkpoint_exits_143_and_resumes_every_step_once(tmp_path):
+    """Catches: a preempted (SIGTERM) run exiting with status 0 (Lightning's SIGTERMException is a
+    SystemExit(None)), so job scripts mark it finished (mnist_common.sh writes train.done) and certify a
+    half-trained model; and the work since the last epoch end lost (no checkpoint at the interrupt)."""
+    overrides = ["optim.max_epochs=3", "ckpt_path=last", *QUIET]
+    with pytest.raises(SystemExit) as stop:
+        train(train_config(tmp_path, overrides), extra_callbacks=[SendSigterm(epoch=1, batch=4)])
+    assert stop.value.code == 143
+    # Lightning raises before the next batch: 23 steps of epoch 0, then batches 0-4 of epoch 1
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 23 + 5
+    result = train(train_config(tmp_path, overrides))
+    assert torch.load(result["checkpoint"], weights_only=True)["global_step"] == 3 * 23
+
+
 class InjectNaN(pl.Callback):
     """Makes the method's loss NaN from (epoch, batch) on."""
 
