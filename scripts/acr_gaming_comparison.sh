@@ -18,11 +18,11 @@ run() {  # run SIGMA_TAG SIGMA TAU STEPS
 
 for s in ${SIGMAS:-025 050}; do
   case $s in
-    025) run 025 0.25 0.5 3 > "$OUT/log_acr_gaming_s025.txt" 2>&1 & ;;   # CIFAR-10 sigma 0.25: tau 0.5, S 3
-    050) run 050 0.5 0.4 6 > "$OUT/log_acr_gaming_s050.txt" 2>&1 & ;;    # CIFAR-10 sigma 0.5: tau 0.4, S 6
+    025) in_background "$OUT/log_acr_gaming_s025.txt" run 025 0.25 0.5 3 ;;   # CIFAR-10 sigma 0.25: tau 0.5, S 3
+    050) in_background "$OUT/log_acr_gaming_s050.txt" run 050 0.5 0.4 6 ;;    # CIFAR-10 sigma 0.5: tau 0.4, S 6
   esac
 done
-wait
+wait_all
 [ "$REPORTS" = none ] && exit 0
 mkdir -p "$REPORTS"
 for s in 025 050; do

@@ -16,6 +16,7 @@
 # Each process has one thread; every stage skips finished work, so a rerun resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/background_jobs.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/ars_clutter}
@@ -43,6 +44,8 @@ certify() {  # certify RUN on the common protocol (resumes)
     output_dir="$dir/certify"
 }
 
+train_and_certify() { train "$1"; certify "$1"; }
+
 report() {
   mkdir -p "$REPORTS"
   $PY -m rs_lightning.cli.report "$OUT"/*/certify --out "$REPORTS" --overwrite --budgets 100 1000 10000 50000
@@ -57,11 +60,11 @@ report() {
 }
 
 case "${STAGE:-all}" in
-  train) for run in $RUNS; do train "$run" > "$OUT/$run.train.log" 2>&1 & done; wait ;;
-  certify) for run in $RUNS; do certify "$run" > "$OUT/$run.certify.log" 2>&1 & done; wait ;;
+  train) for run in $RUNS; do in_background "$OUT/$run.train.log" train "$run"; done; wait_all ;;
+  certify) for run in $RUNS; do in_background "$OUT/$run.certify.log" certify "$run"; done; wait_all ;;
   report) report ;;
   all)
-    for run in $RUNS; do ( train "$run" && certify "$run" ) > "$OUT/$run.log" 2>&1 & done
-    wait
+    for run in $RUNS; do in_background "$OUT/$run.log" train_and_certify "$run"; done
+    wait_all
     report ;;
 esac

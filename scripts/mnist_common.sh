@@ -2,6 +2,7 @@
 # acr_gaming_comparison.sh, so both use one schedule and one certification protocol).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/background_jobs.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/mnist_comparison}
@@ -45,6 +46,10 @@ certify() {  # certify NAME: the run's last.ckpt on the common protocol (resumes
   # per-input rows and settings (certify.tsv, settings.json, summary.json; a few kB) are copied to
   # $ARCHIVE/NAME, so the reports and paired CIs can be rebuilt from the repo without the checkpoints
   selected "$1" || return 0
+  if [ ! -f "$OUT/train/$1/train.done" ]; then  # last.ckpt alone may be an unfinished or failed run's
+    echo "error: $1 has not finished training ($OUT/train/$1/train.done is missing); train it first" >&2
+    return 1
+  fi
   $PY certify.py checkpoint="$OUT/train/$1/checkpoints/last.ckpt" $CERTIFY output_dir="$OUT/certify/$1" \
     hydra.run.dir="$OUT/certify/$1"
   mkdir -p "$ARCHIVE/$1"

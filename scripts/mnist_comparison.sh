@@ -9,6 +9,7 @@
 # The two sigmas run as two single-threaded processes side by side (2 CPU cores); STAGE=train|soft|catrs|
 # certify with SIGMAS="025" runs one stage for one sigma, ONLY="catrs_s025 smoothmix_s050" only the runs named
 # (in train, catrs and certify; also in acr_gaming_comparison.sh). Finished runs are skipped, so a rerun resumes.
+# Only finished trainings (train.done) are certified, and a failed background job fails the script.
 source "$(dirname "$0")/mnist_common.sh"
 SOFT_LABEL_SAMPLES=${SOFT_LABEL_SAMPLES:-32}   # reference: 10,000 draws per training image
 SOFT="$OUT/soft_labels_gaussian_s025.npy"
@@ -28,8 +29,8 @@ stage() {  # stage STAGE SIGMA
     catrs)
       train "catrs_s$s" experiment="catrs_mnist_sigma$s" method.soft_labels="$SOFT" ;;
     certify)
-      for ckpt in "$OUT"/train/*_s"$s"/checkpoints/last.ckpt; do
-        if [ -f "$ckpt" ]; then certify "$(basename "$(dirname "$(dirname "$ckpt")")")"; fi
+      for done in "$OUT"/train/*_s"$s"/train.done; do  # finished trainings only
+        if [ -f "$done" ]; then certify "$(basename "$(dirname "$done")")"; fi
       done ;;
   esac
 }
@@ -40,7 +41,7 @@ if [ -n "${STAGE:-}" ]; then
 fi
 for st in train catrs certify; do
   [ "$st" = catrs ] && stage soft 025
-  stage "$st" 025 > "$OUT/log_${st}_s025.txt" 2>&1 &
-  stage "$st" 050 > "$OUT/log_${st}_s050.txt" 2>&1 &
-  wait
+  in_background "$OUT/log_${st}_s025.txt" stage "$st" 025
+  in_background "$OUT/log_${st}_s050.txt" stage "$st" 050
+  wait_all
 done

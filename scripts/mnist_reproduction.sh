@@ -11,6 +11,7 @@
 #   OUT=/work/runs/mnist_repro bash scripts/mnist_reproduction.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/background_jobs.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/mnist_reproduction}
@@ -52,9 +53,9 @@ export -f one; export PY DATA OUT BUDGETS
 mkdir -p "$OUT"
 running=0
 for exp in $RUNS; do
-  ( one "$exp" > "$OUT/$exp.log" 2>&1 ) &
+  in_background "$OUT/$exp.log" one "$exp"
   running=$((running + 1))
-  if [ "$running" -ge "$JOBS" ]; then wait -n; running=$((running - 1)); fi
+  if [ "$running" -ge "$JOBS" ]; then wait -n || true; running=$((running - 1)); fi  # failures: wait_all
 done
-wait
+wait_all
 report

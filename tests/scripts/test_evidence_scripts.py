@@ -1,0 +1,93 @@
+"""The evidence scripts' job handling (scripts/background_jobs.sh, mnist_common.sh), run with a stand-in
+interpreter that records every call: a failed background training fails the script before any later stage,
+and only finished trainings (train.done) are certified."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rs_testing import REPO
+
+STAND_IN = """#!{python}
+import json, os, sys
+from pathlib import Path
+args = sys.argv[1:]
+with open(os.environ["RECORD"], "a") as record:
+    record.write(json.dumps(args) + "\\n")
+options = dict(a.split("=", 1) for a in args if "=" in a)
+if args and args[0] == "train.py":  # a checkpoint from some epoch exists, finished or not
+    folder = Path(options["hydra.run.dir"]) / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "last.ckpt").write_text("")
+    sys.exit(int(os.environ.get("TRAIN_STATUS", "0")))
+if "output_dir" in options:  # certify.py: the files certify() copies
+    folder = Path(options["output_dir"]); folder.mkdir(parents=True, exist_ok=True)
+    for name in ("certify.tsv", "settings.json", "summary.json"):
+        (folder / name).write_text("")
+"""
+ENV = ("ONLY", "SIGMAS", "STAGE", "RUNS", "JOBS", "EXTRA")
+
+
+def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.CompletedProcess, list]:
+    stand_in, record = tmp_path / "python", tmp_path / "record.jsonl"
+    stand_in.write_text(STAND_IN.format(python=sys.executable))
+    stand_in.chmod(0o755)
+    environ = {k: v for k, v in os.environ.items() if k not in ENV}
+    environ |= {"PY": str(stand_in), "RECORD": str(record), "OUT": str(tmp_path / "out"),
+                "ARCHIVE": str(tmp_path / "archive"), "REPORTS": str(tmp_path / "reports")} | env  # fmt: skip
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / script)], capture_output=True, text=True, env=environ, timeout=120
+    )
+    calls = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    return result, calls
+
+
+@pytest.mark.parametrize(
+    ("script", "env"),
+    [
+        ("mnist_comparison.sh", {}),
+        ("acr_gaming_comparison.sh", {}),
+        ("mnist_reproduction.sh", {}),
+        ("ars_clutter.sh", {"STAGE": "all"}),
+        ("ars_clutter.sh", {"STAGE": "train"}),
+    ],  # fmt: skip
+)
+def test_a_failed_background_training_fails_the_script_before_any_later_stage(tmp_path, script, env):
+    """Catches: a bare `wait` (status 0) after the background jobs: a failed training went unnoticed, and
+    mnist_comparison.sh went on to certify (and archive) the failed run's last.ckpt."""
+    result, calls = run_script(tmp_path, script, TRAIN_STATUS="1", **env)
+    assert result.returncode != 0 and "error: a background job failed" in result.stderr, result.stderr
+    assert calls and all(call[0] == "train.py" for call in calls), calls  # no soft labels, certify, report
+
+
+def test_only_finished_trainings_are_certified(tmp_path):
+    """Catches: the certify stage picking every last.ckpt, i.e. also a run still training in another job
+    (or one that failed), whose per-input rows then went into the archive as the method's."""
+    out = tmp_path / "out" / "train"
+    for run in ("gaussian_s025", "macer_s025"):
+        (out / run / "checkpoints").mkdir(parents=True)
+        (out / run / "checkpoints" / "last.ckpt").write_text("")
+    (out / "gaussian_s025" / "train.done").write_text("")
+    result, calls = run_script(tmp_path, "mnist_comparison.sh", STAGE="certify", SIGMAS="025")
+    assert result.returncode == 0, result.stderr
+    assert [c[1] for c in calls] == [f"checkpoint={out}/gaussian_s025/checkpoints/last.ckpt"]
+    assert sorted(os.listdir(tmp_path / "archive")) == ["gaussian_s025"]
+    result, calls = run_script(tmp_path, "mnist_comparison.sh", STAGE="certify", SIGMAS="025", ONLY="x")
+    assert result.returncode == 0 and len(calls) == 1  # ONLY leaves both out
+
+
+def test_certify_refuses_a_run_without_train_done_in_one_line(tmp_path):
+    (tmp_path / "out" / "train" / "acr_gaming_s025" / "checkpoints").mkdir(parents=True)
+    script = tmp_path / "certify_one.sh"
+    script.write_text(f"source {REPO}/scripts/mnist_common.sh\ncertify acr_gaming_s025\n")
+    result, calls = run_script(tmp_path, str(script))
+    assert result.returncode == 1 and not calls
+    assert result.stderr.strip().splitlines() == [
+        f"error: acr_gaming_s025 has not finished training ({tmp_path}/out/train/acr_gaming_s025/train.done "
+        "is missing); train it first"
+    ]
