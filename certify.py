@@ -6,7 +6,7 @@ import hydra
 from omegaconf import DictConfig
 
 from rs_lightning.cli.certify import certify
-from rs_lightning.cli.common import run_or_exit
+from rs_lightning.cli.common import RUN_DIR_KEYS, exit_if_run_dir_unwritable, run_or_exit
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="certify")
@@ -29,5 +29,6 @@ def run_dir_follows_output_dir(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    exit_if_run_dir_unwritable(sys.argv[1:], (*RUN_DIR_KEYS, "output_dir"))
     sys.argv = [sys.argv[0], *run_dir_follows_output_dir(sys.argv[1:])]
     main()

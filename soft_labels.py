@@ -1,9 +1,11 @@
 """CAT-RS preprocessing: ``python soft_labels.py checkpoint=PATH output=FILE.npy [num_samples=10000]``."""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from rs_lightning.cli.common import run_or_exit
+from rs_lightning.cli.common import exit_if_run_dir_unwritable, run_or_exit
 from rs_lightning.cli.soft_labels import soft_labels
 
 
@@ -13,4 +15,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    exit_if_run_dir_unwritable(sys.argv[1:])
     main()

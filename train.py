@@ -1,9 +1,11 @@
 """Train a base classifier for randomized smoothing: ``python train.py method=gaussian sigma=0.5``."""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
-from rs_lightning.cli.common import run_or_exit
+from rs_lightning.cli.common import exit_if_run_dir_unwritable, run_or_exit
 from rs_lightning.cli.train import train
 
 
@@ -14,4 +16,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    exit_if_run_dir_unwritable(sys.argv[1:])
     main()

@@ -41,7 +41,7 @@ from bench.throughput import (
     summarize,
     unsupported_reason,
 )
-from rs_lightning.models import CIFARResNet, LeNet, resnet50
+from rs_lightning.models import CIFARResNet, LeNet, ResNet50
 from rs_lightning.smoothing.noise import NOISE_BLOCK
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu.json"
@@ -69,7 +69,7 @@ CASES: dict[str, dict] = {
         "smoke": {"shape": (3, 32, 32), "batch_size": 4, "samples": 8},
     },
     "resnet50_imagenet": {
-        "build": lambda shape: resnet50(input_shape=shape, num_classes=1000),
+        "build": lambda shape: ResNet50(input_shape=shape, num_classes=1000),
         "shape": (3, 224, 224),
         "num_classes": 1000,
         "batch_size": 400,

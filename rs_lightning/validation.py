@@ -52,6 +52,12 @@ def require_open_unit(key: str, value) -> None:
 
 
 def require_non_negative(key: str, value) -> None:
-    """``value >= 0``."""
-    if _number(key, value) < 0:
-        raise ConfigError(key, value, ">= 0")
+    """A finite ``value >= 0`` (NaN passes a bare ``< 0`` test, so it is refused explicitly)."""
+    if not (math.isfinite(_number(key, value)) and value >= 0):
+        raise ConfigError(key, value, "a finite number >= 0")
+
+
+def require_share(key: str, value) -> None:
+    """A fraction ``0 <= value <= 1``."""
+    if not 0 <= _number(key, value) <= 1:
+        raise ConfigError(key, value, "in [0, 1]")

@@ -21,8 +21,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from rs_lightning.cli.common import checkpoint_datamodule  # noqa: E402
 from rs_lightning.models.ars import AdaptiveSmoothing, query_sigmas, step2_sigma  # noqa: E402
-from rs_lightning.models.checkpoint import CheckpointError, load_classifier, safe_instantiate  # noqa: E402
+from rs_lightning.models.checkpoint import CheckpointError, load_classifier  # noqa: E402
 from rs_lightning.smoothing import Phase  # noqa: E402
 from rs_lightning.smoothing.noise import standard_normal_block  # noqa: E402
 
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
         pipeline, meta = load_classifier(args.checkpoint)
         if not isinstance(pipeline, AdaptiveSmoothing) or pipeline.mode == "vanilla":
             raise CheckpointError(f"{args.checkpoint} holds no ARS mask (train: method=ars|ars_static)")
-        data = safe_instantiate(meta["data"], ("rs_lightning.data.",))
+        data = checkpoint_datamodule({"data": None}, meta)
         dataset = data.dataset("test")
         indices = [i * args.skip for i in range(args.inputs) if i * args.skip < len(dataset)]
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rs_testing import train_config
+from rs_testing import SMALL, certify_config, train_config
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +23,13 @@ def trained_digits(tmp_path_factory) -> dict:
     )
     result = train(cfg)
     return {"cfg": cfg, "out": out, **result}
+
+
+@pytest.fixture(scope="session")
+def digits_reference(trained_digits, tmp_path_factory) -> tuple:
+    """``(folder, summary)`` of one single-process certify.py run of the digits checkpoint with
+    :data:`rs_testing.SMALL`: what sharded, distributed and resumed runs must reproduce row for row."""
+    from rs_lightning.cli.certify import certify
+
+    out = tmp_path_factory.mktemp("single")
+    return out, certify(certify_config(out, trained_digits["checkpoint"], SMALL))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -48,3 +50,37 @@ def certify_config(tmp_path: Path, checkpoint: str | Path, overrides: list[str] 
     with open_dict(cfg):
         cfg.device = "cpu"
     return cfg
+
+
+def run_script(
+    script: str, *overrides: str, timeout: float = 120, cwd: Path = REPO
+) -> subprocess.CompletedProcess:
+    """Run an entry point (``train.py``, ``certify.py``, ``-m rs_lightning.cli.report``) as a user does."""
+    command = [sys.executable, *(script.split() if script.startswith("-m ") else [str(REPO / script)])]
+    return subprocess.run(
+        [*command, *overrides], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
+    """The project's bad-input contract: exit status 2, one stderr line ``error: ...`` holding ``needles``,
+    no traceback."""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-2000:]
+    assert lines[0].startswith("error: ")
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+SMALL = ["n=300", "skip=10", "batch_size=300"]
+"""certify.py settings for the digits fixture's checkpoint: 36 test digits, a few seconds."""
+
+
+def without_time(path) -> list[str]:
+    """The TSV's lines without the ``time`` column (the only one that depends on the process)."""
+    lines = Path(path).read_text().splitlines()
+    drop = lines[0].split("\t").index("time")
+    return ["\t".join(f for j, f in enumerate(line.split("\t")) if j != drop) for line in lines]

@@ -23,7 +23,7 @@ from rs_lightning.validation import ConfigError
 
 from .budget import class_shares
 from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf
-from .results import ResultFileError, in_subset, read_results
+from .results import ResultFileError, in_subset, read_results, settings_mismatch
 
 PROTOCOL_KEYS = ("subset", *SPEC_PROTOCOL_KEYS)
 """The inputs (idx set) and the certification spec's protocol keys (rs_lightning.smoothing.spec)."""
@@ -255,6 +255,16 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
         )
     if settings.get("sigma") is None and sigma is not None:
         settings = {**settings, "sigma": float(sigma)}
+    if settings.get("alpha") is not None:  # rows that betray another protocol than their settings.json
+        mismatch = settings_mismatch(
+            rows, settings.get("mode", "certify"), float(settings["alpha"]), settings.get("sigma"),
+            settings.get("norm", "l2"), settings.get("dim"),
+        )  # fmt: skip
+        if mismatch is not None:
+            raise ResultFileError(
+                f"{tsv} holds {mismatch[0]}, but its settings say {mismatch[1]}: rows of two protocols are "
+                "mixed in it; certify the run again into a new folder"
+            )
     return Run(path=path, rows=rows, settings=settings)
 
 

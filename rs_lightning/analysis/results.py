@@ -9,8 +9,11 @@ A rerun reads the rows already written, skips their indices, and redoes a last l
 left incomplete.
 
 **Concurrent writers.** Each file has one writer at a time (an exclusive ``flock`` that the OS drops when the
-process dies, so a killed run never blocks its resume). A run folder is locked too: exclusively by an
-unsharded run, shared by ``shard=i/k`` runs, which write ``certify.shard-<i>-of-<k>.tsv`` each; the run that
+process dies, so a killed run never blocks its resume). A run folder is locked too (``.lock``): exclusively by
+an unsharded or distributed run, shared by ``shard=i/k`` runs, which write ``certify.shard-<i>-of-<k>.tsv``
+each. The ranks of a distributed run (``trainer=ddp|ddp_sim``) each hold a shared lock on ``.ranks.lock``
+while they certify, and every run that takes the folder checks that none does: a run is refused while any
+rank of an earlier one still lives, even once its launcher is gone. The run that
 finds every index present merges the parts into ``certify.tsv`` (sorted by idx, written atomically). Rows
 do not depend on the process that made them (noise seeded per input), so the merged file equals a
 single-process run's except for the ``time`` column.
@@ -25,6 +28,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import beta
+
+from rs_lightning.smoothing.engine import ABSTAIN
+from rs_lightning.smoothing.stats import clopper_pearson_lower, radius_from_pa
 
 COLUMNS = (
     "idx",
@@ -110,6 +117,54 @@ def certify_rows(result, labels, seconds: float) -> list[dict]:
             }
         )
     return rows
+
+
+def settings_mismatch(
+    rows: dict, mode: str, alpha: float, sigma: float | None, norm: str, dim: int | None
+) -> tuple[str, str] | None:
+    """``(what the rows record, what was expected)`` for the first row whose own values betray another
+    ``alpha``, sigma or norm than given; None when every row agrees (or the columns are absent). CERTIFY rows
+    record alpha through ``pA_lower`` = the one-sided Clopper–Pearson bound of ``nA`` of ``n`` (Cohen et al.
+    2019, Alg. 1) and sigma/norm through ``radius`` = scale·Φ⁻¹(pA_lower); PREDICT rows abstain exactly where
+    ``pvalue > alpha``. Catches rows of two protocols in one file (a resume after settings.json was lost)."""
+    idx = rows.get("idx")
+    if mode == "predict":
+        if not {"pvalue", "predict"} <= rows.keys():
+            return None
+        bad = (rows["pvalue"] > alpha) != (rows["predict"] == ABSTAIN)
+        if not bad.any():
+            return None
+        j = int(np.argmax(bad))
+        verdict = "abstains" if rows["predict"][j] == ABSTAIN else "does not abstain"
+        return (
+            f"a row that {verdict} at p-value {rows['pvalue'][j]:.4g} (idx {int(idx[j])}): another alpha",
+            f"alpha={alpha}",
+        )
+    if not {"nA", "n", "pA_lower", "radius", "predict"} <= rows.keys():
+        return None
+    expected = clopper_pearson_lower(rows["nA"], rows["n"], alpha)
+    bad = ~np.isclose(rows["pA_lower"], expected, rtol=1e-8, atol=1e-12)
+    if bad.any():
+        j = int(np.argmax(bad))
+        k, n, low = int(rows["nA"][j]), int(rows["n"][j]), float(rows["pA_lower"][j])
+        made_at = float(beta.cdf(low, k, n - k + 1)) if k > 0 else float("nan")  # inverts the bound
+        return (
+            f"rows certified at alpha={made_at:.3g} (idx {int(idx[j])}: pA_lower={low:.6g} of nA={k}, n={n})",
+            f"alpha={alpha}",
+        )
+    if sigma is None:
+        return None
+    certified = rows["predict"] != ABSTAIN
+    radius = radius_from_pa(rows["pA_lower"], sigma, norm, dim)
+    bad = certified & ~np.isclose(rows["radius"], radius, rtol=1e-6, atol=1e-9)
+    if not bad.any():
+        return None
+    j = int(np.argmax(bad))
+    return (
+        f"radius={rows['radius'][j]:.6g} at pA_lower={rows['pA_lower'][j]:.6g} (idx {int(idx[j])}): another "
+        "sigma or norm",
+        f"sigma={sigma}, norm={norm}, where that pA_lower gives radius {radius[j]:.6g}",
+    )
 
 
 def predict_rows(result, labels, seconds: float) -> list[dict]:
@@ -271,9 +326,11 @@ def read_json(path: str | os.PathLike) -> dict:
 
 
 class FolderLock:
-    """``flock`` on ``<folder>/.lock``: ``shared`` for shard runs, exclusive otherwise (see the module)."""
+    """``flock`` on ``<folder>/.lock``: ``shared`` for shard runs, exclusive otherwise; refused as well while
+    a rank of a distributed run holds ``.ranks.lock`` (see the module) unless ``check_ranks`` is False (the
+    ranks of one job that a cluster launched side by side, which hold it themselves)."""
 
-    def __init__(self, folder: str | os.PathLike, shared: bool) -> None:
+    def __init__(self, folder: str | os.PathLike, shared: bool, check_ranks: bool = True) -> None:
         self.path = Path(folder) / ".lock"
         self._file = try_flock(self.path, shared)
         if self._file is None:
@@ -282,6 +339,16 @@ class FolderLock:
                 f"({'an unsharded run' if shared else 'a run'}); wait for it, run parts side by side with "
                 "shard=i/k, or use another output_dir"
             ) from None
+        ranks = try_flock(Path(folder) / RANKS_LOCK) if check_ranks else None
+        if check_ranks and ranks is None:
+            self._file.close()
+            raise ResultFileError(
+                f"output_dir={str(self.path.parent)!r} is in use by ranks of a distributed certify.py "
+                "(trainer=ddp|ddp_sim) that are still running; wait for them to end (they stop within "
+                "seconds once their launcher is gone), or use another output_dir"
+            ) from None
+        if ranks is not None:
+            ranks.close()
 
     def release(self) -> None:
         self._file.close()
@@ -291,6 +358,20 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+RANKS_LOCK = ".ranks.lock"
+"""Held (shared) by every rank of a distributed run while it certifies (:func:`hold_rank_lock`)."""
+
+
+def hold_rank_lock(folder: str | os.PathLike):
+    """A shared ``flock`` on ``<folder>/.ranks.lock`` for a rank of a distributed run; the returned file
+    holds it until closed or until the process ends. A ResultFileError if a run is checking the folder at
+    this instant (only a new run whose launcher holds ``.lock``, so this rank's launcher is gone)."""
+    handle = try_flock(Path(folder) / RANKS_LOCK, shared=True)
+    if handle is None:
+        raise ResultFileError(f"{folder} was taken by another run while this rank started; stopping")
+    return handle
 
 
 def shard_table(table: str | os.PathLike, shard: tuple[int, int]) -> Path:

@@ -13,7 +13,9 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import platform
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +42,7 @@ from rs_lightning.analysis.results import (
     predict_rows,
     read_json,
     read_results,
+    settings_mismatch,
     shard_table,
     write_json_atomic,
 )
@@ -62,7 +65,13 @@ from .common import (
     resolve_device,
     tune_cpu_allocator,
 )
-from .distributed import RankCertification, certification_trainer, certify_on_ranks
+from .distributed import (
+    RankCertification,
+    certification_trainer,
+    certify_on_ranks,
+    die_with_launcher,
+    launcher_of_this_rank,
+)
 
 IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model", "data", "device")
 """With the spec's protocol keys: what a resume must match (what the rows were certified of, and the
@@ -163,9 +172,10 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
 
 def _check_resume(settings_path: Path, settings: dict, table: Path) -> None:
     """Refuse a folder whose rows were made under other statistical settings (named in the message): those
-    in its ``settings.json`` or, when that is missing, the per-row ``n``/``n0`` of the rows already there."""
+    in its ``settings.json`` or, when that is missing, what the rows already there record of them
+    (:func:`_check_rows_match`)."""
     if not settings_path.exists():
-        _check_rows_match(table, CertificationSpec.from_dict(settings))
+        _check_rows_match(table, CertificationSpec.from_dict(settings), settings.get("dim"))
         return
     old = read_json(settings_path)
     settings = json.loads(json.dumps(settings))  # compare as stored (tuples become lists)
@@ -182,8 +192,11 @@ def _check_resume(settings_path: Path, settings: dict, table: Path) -> None:
         )
 
 
-def _check_rows_match(table: Path, spec: CertificationSpec) -> None:
-    """Without ``settings.json``, the rows' own ``n``/``n0`` columns must fit this run's n and n0."""
+def _check_rows_match(table: Path, spec: CertificationSpec, dim: int | None) -> None:
+    """Without ``settings.json``, the rows already in the folder must be what this run would write: their
+    ``n``/``n0`` columns fit its n and n0, and the settings each row records implicitly agree with its own —
+    ``alpha`` through ``pA_lower`` = the Clopper–Pearson bound of ``nA`` of ``n`` (PREDICT: through
+    abstaining exactly where ``pvalue > alpha``), and sigma/norm through ``radius`` = scale·Φ⁻¹(pA_lower)."""
     for path in part_tables(table):
         if not path.stat().st_size:
             continue
@@ -201,11 +214,20 @@ def _check_rows_match(table: Path, spec: CertificationSpec) -> None:
         if bad.any():
             j = int(np.argmax(bad))
             found = f"n={int(rows['n'][j])}" + (f", n0={int(rows['n0'][j])}" if "n0" in rows else "")
-            raise ConfigError(
-                "output_dir", str(table.parent), "a folder certified with the same settings",
-                f"{path.name} holds rows with {found} (idx {int(rows['idx'][j])}) and no settings.json; "
-                f"this run has n={spec.n}, n0={spec.n0}. Choose another output_dir so no rows are mixed",
-            )  # fmt: skip
+            _refuse_rows(
+                table, path, f"rows with {found} (idx {int(rows['idx'][j])})", f"n={spec.n}, n0={spec.n0}"
+            )
+        mismatch = settings_mismatch(rows, spec.mode, spec.alpha, spec.sigma, spec.norm, dim)
+        if mismatch is not None:
+            _refuse_rows(table, path, *mismatch)
+
+
+def _refuse_rows(table: Path, path: Path, found: str, now: str) -> None:
+    raise ConfigError(
+        "output_dir", str(table.parent), "a folder certified with the same settings",
+        f"{path.name} holds {found} and no settings.json; this run has {now}. Choose another output_dir so "
+        "no rows are mixed",
+    )  # fmt: skip
 
 
 def format_summary(summary: dict) -> str:
@@ -327,6 +349,9 @@ def certify(cfg: DictConfig) -> dict:
     spec = validate_certify_config(cfg)
     out = require_writable_dir(cfg.output_dir, "output_dir")
     distributed = cfg.get("trainer") is not None
+    launcher = launcher_of_this_rank() if distributed else None  # set in a rank that runs certify.py again
+    if launcher is not None:
+        die_with_launcher(launcher)
     if distributed:
         if cfg.get("shard") is not None:
             raise ConfigError(
@@ -374,13 +399,21 @@ def certify(cfg: DictConfig) -> dict:
     make_rows = certify_rows if certifying else predict_rows
     columns = COLUMNS if certifying else PREDICT_COLUMNS
     mine = shard_of(indices, shard)
-    with FolderLock(out, shared=shard is not None or distributed):
+    # a rank that runs certify.py again works under its launcher's lock (and holds the rank lock); ranks a
+    # cluster started side by side (SLURM, torchrun) each share the folder lock, as parts do
+    external = distributed and trainer.strategy.cluster_environment.creates_processes_externally
+    if launcher is not None:
+        folder_lock = nullcontext()
+    else:
+        folder_lock = FolderLock(out, shared=shard is not None or external, check_ranks=not external)
+    with folder_lock:
         _check_resume(out / "settings.json", settings, table)
         write_json_atomic(out / "settings.json", settings)
         if distributed:
             module = RankCertification(
-                model, dataset, indices, spec, int(meta["num_classes"]), table, columns, make_rows
-            )
+                model, dataset, indices, spec, int(meta["num_classes"]), table, columns, make_rows,
+                launcher=launcher or os.getpid(),
+            )  # fmt: skip
             if not certify_on_ranks(trainer, module):
                 return {}  # another rank merges
         else:

@@ -7,7 +7,7 @@ import os
 import platform
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,10 @@ from omegaconf.errors import MissingMandatoryValue
 
 from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.data.base import DataFormatError, DatasetNotFoundError
+from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.methods.faults import NonFiniteLossError
-from rs_lightning.models.checkpoint import CheckpointError, safe_instantiate
+from rs_lightning.models.checkpoint import CheckpointError
+from rs_lightning.registry import RegistryError
 from rs_lightning.smoothing import NonFiniteLogitsError
 from rs_lightning.validation import ConfigError, MissingValueError
 
@@ -89,6 +91,27 @@ def run_or_exit(function: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
             raise
         print(f"error: {cause}", file=sys.stderr)
         sys.exit(2)
+
+
+RUN_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
+def exit_if_run_dir_unwritable(argv: Sequence[str], keys: Sequence[str] = RUN_DIR_KEYS) -> None:
+    """Hydra creates its run folder before the entry point runs, so a folder it cannot create ended in a
+    Hydra traceback: check each folder given on the command line under ``keys`` first (up to its first
+    ``${...}``: the folder holding the interpolated part); one line ``error: ...`` and status 2 if not."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        if not sep or key not in keys:
+            continue
+        folder = value if "${" not in value else os.path.dirname(value.split("${", 1)[0])
+        if not folder:
+            continue
+        try:
+            require_writable_dir(folder, key, value)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
 
 
 def require_writable_dir(path: str | os.PathLike, key: str, value: Any = None) -> Path:
@@ -195,12 +218,22 @@ def resolve_device(name: str) -> torch.device:
 
 
 def checkpoint_datamodule(cfg: DictConfig, meta: dict):
-    """The data module of ``cfg.data`` if given, else the checkpoint's (its ``_target_`` must be inside
-    ``rs_lightning.data``); refuses a dataset whose class count differs from the checkpoint's."""
+    """The data module of ``cfg.data`` if given, else the checkpoint's: a registered data module
+    (:data:`~rs_lightning.data.registry.DATA_MODULES`) built with plain arguments and ``download=False`` (a
+    file never makes this process fetch or write data); refuses a dataset whose class count or input shape
+    differs from the checkpoint's."""
     if cfg.get("data") is not None:
         datamodule = instantiate(cfg.data)
     else:
-        datamodule = safe_instantiate(meta["data"], ("rs_lightning.data.",))
+        config = meta.get("data")
+        if isinstance(config, dict) and "download" in config:
+            config = {**config, "download": False}
+        try:
+            datamodule = DATA_MODULES.build(config, "data")
+        except RegistryError as err:
+            raise CheckpointError(
+                f"the checkpoint's data config is unusable ({err}); pass data=... to choose the data"
+            ) from err
     datamodule.prepare_data()
     datamodule.setup()
     if int(datamodule.num_classes) != int(meta["num_classes"]):

@@ -55,7 +55,9 @@ from rs_lightning.analysis.published_numbers import (
 )
 from rs_lightning.analysis.published_numbers import cell as published_cell
 from rs_lightning.analysis.results import ResultFileError
-from rs_lightning.validation import ConfigError, require_at_least, require_positive
+from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
+
+from .common import require_writable_dir
 
 DEFAULT_BUDGETS = (100, 1_000, 10_000, 100_000)
 OUTPUTS = ("report.md", "table.csv", "dominance.csv", "budget.csv", "budget_acr.png", "pa_ecdf_sigma*.png")
@@ -108,18 +110,24 @@ def load(paths: Sequence[str], sigma: float | None) -> list[Run]:
 
 
 def prepare_out(out: str | None, overwrite: bool, suffix: str = "") -> Path:
-    """The output folder: new or empty, or (``overwrite``) with the previous report's files removed."""
+    """The output folder: new or empty, or (``overwrite``) with the previous report's files removed; a
+    ConfigError naming ``--out`` if it cannot be written."""
     path = Path(out or f"outputs/report/{dt.datetime.now():%Y-%m-%d/%H-%M-%S}{suffix}")
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        if not overwrite:
-            raise ResultFileError(
-                f"{path} already exists and is not empty; choose another --out or pass --overwrite"
-            )
-        for pattern in OUTPUTS:
-            for old in path.glob(pattern):
-                old.unlink()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    try:
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            if not overwrite or not path.is_dir():
+                raise ResultFileError(
+                    f"{path} already exists and is not empty; choose another --out or pass --overwrite"
+                )
+            for pattern in OUTPUTS:
+                for old in path.glob(pattern):
+                    old.unlink()
+    except OSError as err:
+        hint = (
+            f"{path} cannot be read or cleared ({err.strerror or type(err).__name__}); choose another --out"
+        )
+        raise ConfigError("--out", str(path), "a folder you can write to", hint) from err
+    return require_writable_dir(path, "--out")
 
 
 def _cell(value) -> str:
@@ -671,6 +679,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.sigma is not None:
             require_positive("--sigma", args.sigma)
+        for radius in getattr(args, "radii", None) or []:
+            require_non_negative("--radii", radius)
         if command == "budget":
             budget_view(args.runs, **common)
         else:

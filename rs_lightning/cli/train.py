@@ -17,10 +17,12 @@ from omegaconf import DictConfig
 
 from rs_lightning import __version__
 from rs_lightning.analysis.results import try_flock
+from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.loggers import ResumableCSVLogger, trained_batches
 from rs_lightning.models import build_classifier
 from rs_lightning.models.checkpoint import CHECKPOINT_KEY, check_training_checkpoint
-from rs_lightning.validation import ConfigError, require_at_least, require_positive
+from rs_lightning.models.registry import MODELS
+from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
 
 from .common import check_trainer_config, plain, require_writable_dir, tune_cpu_allocator
 
@@ -33,8 +35,19 @@ RESUME_MAY_CHANGE = (
 
 
 def validate_train_config(cfg: DictConfig) -> None:
-    """Check values that are easy to get wrong, before any work."""
+    """Check values that are easy to get wrong, before any work. The model and data classes must be
+    registered (``rs_lightning/models/registry.py``, ``rs_lightning/data/registry.py``): certify.py rebuilds a
+    checkpoint's classes only from those registries, so another class would train a model nobody can load."""
+    for key, registry in (("model", MODELS), ("data", DATA_MODULES)):
+        target = cfg[key].get("_target_")
+        if target not in registry:
+            raise ConfigError(
+                f"{key}._target_", target, f"a registered {registry.kind}",
+                f"certify.py rebuilds checkpoints only from registered classes; add the class to "
+                f"rs_lightning/{'models' if key == 'model' else 'data'}/registry.py",
+            )  # fmt: skip
     require_positive("sigma", cfg.sigma)
+    require_share("on_nonfinite_loss_max_share", cfg.get("on_nonfinite_loss_max_share", 0.1))
     require_at_least("data.batch_size", cfg.data.batch_size, 1)
     require_at_least("optim.max_epochs", cfg.optim.max_epochs, 1)
 
@@ -173,6 +186,7 @@ def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
         scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.get("scheduler") else None,
         noise_seed=cfg.seed,
         on_nonfinite_loss=cfg.get("on_nonfinite_loss", "stop"),
+        on_nonfinite_loss_max_share=cfg.get("on_nonfinite_loss_max_share", 0.1),
         scheduler_epoch_offset=cfg.optim.get("scheduler_epoch_offset", 0),
     )
     method.metadata = checkpoint_metadata(cfg, datamodule)  # not via instantiate: it holds _target_ strings
@@ -195,11 +209,23 @@ def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
     for logger in loggers:  # W&B keeps its run open after fit: close it so a next run in this process is new
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             logger.experiment.finish()
-    checkpoint = trainer.checkpoint_callback.last_model_path if trainer.checkpoint_callback else ""
+    checkpoint = last_checkpoint(trainer)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
     if trainer.is_global_zero:
-        print(f"checkpoint: {checkpoint}")
+        print(f"checkpoint: {checkpoint or '(none written: no checkpoint callback)'}")
     return {"checkpoint": checkpoint, "metrics": metrics, "output_dir": str(Path(cfg.paths.output_dir))}
+
+
+def last_checkpoint(trainer: pl.Trainer) -> str:
+    """The run's ``last.ckpt``: Lightning's record of it or, after ``strategy=ddp_spawn`` (whose spawned ranks
+    keep that record to themselves), the file in the checkpoint callback's folder; "" without one."""
+    callback = trainer.checkpoint_callback
+    if callback is None:
+        return ""
+    if callback.last_model_path:
+        return callback.last_model_path
+    last = Path(callback.dirpath or "") / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
+    return str(last) if callback.dirpath and last.is_file() else ""
 
 
 def build_loggers(cfg: DictConfig, resumed: dict | None) -> list:

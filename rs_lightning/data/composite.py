@@ -9,15 +9,14 @@ are exact). Unlike the reference, which redraws test items on every access (exte
 the test split is materialized once at setup: item i's background and position come from
 ``numpy.random.default_rng([seed, 0, i])``, so every method is certified on identical images.
 
-The source's config is a plain mapping whose ``target`` key names its class (under ``rs_lightning.data.``):
-not ``_target_``, because the checkpoint loader refuses nested ``_target_`` entries, so certify.py could not
-rebuild the module from a checkpoint otherwise.
+The source's config is a plain mapping whose ``target`` key names a registered data module
+(``rs_lightning.data.registry``): not ``_target_``, because a config read from a checkpoint may hold no
+``_``-keys below its top level (``rs_lightning.registry``), so certify.py could not rebuild it otherwise.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from torch.utils.data import Dataset
 from rs_lightning.data.arrays import ArrayDataset
 from rs_lightning.data.base import DataFormatError, DatasetNotFoundError, RSDataModule
 from rs_lightning.data.npz import _floats
+from rs_lightning.registry import RegistryError
 from rs_lightning.validation import ConfigError, require_at_least
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -153,23 +153,26 @@ class CompositeTrainDataset(Dataset):
 
 
 def build_source(config: Mapping[str, Any] | RSDataModule) -> RSDataModule:
-    """The source: an instance, or a mapping ``{target: rs_lightning.data.<module>.<Class>, **args}``."""
+    """The source: an instance, or a mapping ``{target: <a registered data module>, **args}`` (looked up in
+    :data:`~rs_lightning.data.registry.DATA_MODULES`, never imported: a checkpoint's config names it)."""
+    from rs_lightning.data.registry import DATA_MODULES  # the registry imports this module
+
     if isinstance(config, RSDataModule):
         return config
     config = dict(OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config)
     target = config.pop("target", None)
-    allowed = "a class under rs_lightning.data. (e.g. rs_lightning.data.npz.NpzDataModule)"
-    if not isinstance(target, str) or not target.startswith("rs_lightning.data."):
-        raise ConfigError("data.source.target", target, allowed)
-    module, _, name = target.rpartition(".")
-    factory = getattr(importlib.import_module(module), name, None)
-    if not (isinstance(factory, type) and issubclass(factory, RSDataModule)):
-        raise ConfigError("data.source.target", target, allowed)
     try:
-        return factory(**{k: v for k, v in config.items() if not k.startswith("_")})
-    except TypeError as err:
+        cls = DATA_MODULES.lookup(target, "data.source")
+    except RegistryError as err:
+        allowed = "a registered data module (e.g. rs_lightning.data.npz.NpzDataModule)"
+        raise ConfigError("data.source.target", target, allowed, str(err)) from err
+    try:
+        return DATA_MODULES.build({"_target_": target, **config}, "data.source")
+    except RegistryError as err:
         given = {"target": target, **config}
-        raise ConfigError("data.source", given, f"arguments that {name} accepts", str(err)) from err
+        raise ConfigError(
+            "data.source", given, f"plain arguments that {cls.__name__} accepts", str(err)
+        ) from err
 
 
 class CompositeDataModule(RSDataModule):

@@ -158,6 +158,8 @@ class NpzDataModule(RSDataModule):
                 problem = (
                     f"y_{split} has {len(y)} labels but x_{split} has {len(x)} images: one label per image"
                 )
+            if problem is None and len(x) == 0:
+                problem = f"x_{split} holds no images: save at least one image in each split"
             if problem:
                 raise DataFormatError(f"npz: {self.path}: {problem}")
         if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:

@@ -18,15 +18,19 @@ says whether the LR in effect is below the initial one (MACER's deferral keys on
 
 **Faults.** A non-finite loss stops training with :class:`NonFiniteLossError` (epoch, step, method, last
 finite loss) before the optimizer step, or with ``on_nonfinite_loss="skip"`` skips that step (also when a
-gradient is non-finite) and counts it (``train/skipped_steps``). A checkpoint is never written from
-non-finite weights. **Resume.** Checkpoints carry the training-noise generator and the global RNG states
-(Python, NumPy, torch CPU and CUDA, which drive data order and augmentation); the noise state is applied
-when the generator is created on the module's device, i.e. after Lightning moved the module there.
+gradient is non-finite) and counts it (``train/skipped_steps``), warning each epoch with the share skipped
+and stopping when an epoch skips more than ``on_nonfinite_loss_max_share`` of its steps; non-finite
+validation logits stop the run under either policy. A checkpoint is never written from non-finite weights,
+nor from an epoch that stopped the run. **Resume.** Checkpoints carry the training-noise generator and the
+global RNG states (Python, NumPy, torch CPU and CUDA, which drive data order and augmentation); the noise
+state is applied when the generator is created on the module's device, i.e. after Lightning moved the
+module there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -39,12 +43,13 @@ from torchmetrics import MeanMetric
 
 from rs_lightning.models.checkpoint import CHECKPOINT_KEY
 from rs_lightning.smoothing.soft import noisy_logits
-from rs_lightning.validation import ConfigError, require_at_least, require_positive
+from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
 
 from . import schedule
 from .faults import (
     NONFINITE_POLICIES,
     NonFiniteLossError,
+    check_skipped_share,
     global_rng_states,
     gradients_finite,
     require_finite_weights,
@@ -66,6 +71,8 @@ class SmoothingMethod(pl.LightningModule):
         num_chunks: optimizer steps per loader batch (see the module docstring).
         on_nonfinite_loss: ``"stop"`` (raise :class:`NonFiniteLossError`) or ``"skip"`` (drop the step and
             count it) when a loss, or under ``"skip"`` a gradient, is NaN or infinite.
+        on_nonfinite_loss_max_share: under ``"skip"``, the share of an epoch's steps that may be skipped; an
+            epoch that skips more stops the run (:class:`NonFiniteLossError`), since such a run is dead.
         scheduler_epoch_offset: k, epochs by which the scheduler runs behind modern per-epoch stepping (see
             the module docstring; ``optim.scheduler_epoch_offset``).
     """
@@ -84,6 +91,7 @@ class SmoothingMethod(pl.LightningModule):
         num_chunks: int = 1,
         on_nonfinite_loss: str = "stop",
         scheduler_epoch_offset: int = 0,
+        on_nonfinite_loss_max_share: float = 0.1,
     ) -> None:
         super().__init__()
         self.scheduler_epoch_offset = schedule.epoch_offset(scheduler_epoch_offset)
@@ -91,8 +99,12 @@ class SmoothingMethod(pl.LightningModule):
         require_at_least("num_chunks", num_chunks, 1)
         if on_nonfinite_loss not in NONFINITE_POLICIES:
             raise ConfigError("on_nonfinite_loss", on_nonfinite_loss, " or ".join(NONFINITE_POLICIES))
+        require_share("on_nonfinite_loss_max_share", on_nonfinite_loss_max_share)
         self.on_nonfinite_loss = on_nonfinite_loss
+        self.max_skipped_share = float(on_nonfinite_loss_max_share)
         self.skipped_steps = 0
+        self._epoch_steps = self._epoch_skipped = 0  # optimizer steps tried and skipped in this epoch
+        self._val_nonfinite = 0  # validation inputs with non-finite logits in this validation epoch
         self._last_finite_loss: torch.Tensor | None = None  # kept on the device: read only for a message
         self.automatic_optimization = False
         self.num_chunks = int(num_chunks)
@@ -185,6 +197,7 @@ class SmoothingMethod(pl.LightningModule):
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
         losses = []
         for chunk in self.chunks(batch):
+            self._epoch_steps += 1
             loss = self.training_loss(*chunk)
             self._zero_grad(optimizers)
             if not self._finite_or_skip(loss, optimizers):
@@ -221,20 +234,48 @@ class SmoothingMethod(pl.LightningModule):
         if self.on_nonfinite_loss == "skip":
             self._skip(optimizers)
             return False
-        name = self.metadata.get("method", {}).get("_target_", type(self).__name__).rpartition(".")[2]
         last = "none yet" if self._last_finite_loss is None else f"{float(self._last_finite_loss):.6g}"
         raise NonFiniteLossError(
             f"training loss is {float(loss.detach().float().mean())} at epoch {self.current_epoch}, step "
-            f"{self.global_step} (method {name}, sigma {self.sigma}); last finite loss {last}. Nothing was "
-            "saved from this state: checkpoints/last.ckpt holds the last good epoch. Lower the learning rate "
+            f"{self.global_step} (method {self._method_name}, sigma {self.sigma}); last finite loss {last}. "
+            f"Nothing was saved from this state: {self._saved_state()}. Lower the learning rate "
             "(optim.optimizer.lr), or pass on_nonfinite_loss=skip to skip such steps"
         )
+
+    @property
+    def _method_name(self) -> str:
+        return self.metadata.get("method", {}).get("_target_", type(self).__name__).rpartition(".")[2]
+
+    def _saved_state(self) -> str:
+        """What a stopped run leaves: the last checkpoint (written by this run or resumed from), or none."""
+        callback = self.trainer.checkpoint_callback if self._trainer is not None else None
+        last = getattr(callback, "last_model_path", "") or ""
+        if last and Path(last).is_file():
+            return f"{last} holds the last good epoch"
+        return "no checkpoint was written yet (the run failed in its first epoch); start it again"
 
     def _skip(self, optimizers) -> None:
         self._zero_grad(optimizers)
         self.skipped_steps += 1
+        self._epoch_skipped += 1
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_steps = self._epoch_skipped = 0
+
+    def _check_skipped_share(self) -> None:
+        """``on_nonfinite_loss=skip``: warn with the epoch's skipped share; stop above the allowed share. Once
+        per epoch: at its validation (which runs before the epoch ends), else at its end."""
+        if self._epoch_steps == 0:
+            return
+        skipped, steps = self._epoch_skipped, self._epoch_steps
+        self._epoch_steps = self._epoch_skipped = 0
+        where = f"epoch {self.current_epoch} (method {self._method_name}, sigma {self.sigma})"
+        warning = check_skipped_share(skipped, steps, self.max_skipped_share, where, self._saved_state)
+        if warning:
+            rank_zero_warn(warning)
 
     def on_train_epoch_end(self) -> None:
+        self._check_skipped_share()  # before the epoch's checkpoint (written after this hook)
         schedulers = self.lr_schedulers()
         if schedulers is not None:
             schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
@@ -247,6 +288,20 @@ class SmoothingMethod(pl.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._val_generator = self._generator(1)  # the same validation noise every epoch
+        self._val_nonfinite = 0
+
+    def on_validation_epoch_end(self) -> None:
+        """Stop on non-finite validation logits: the weights are finite but the model is dead (e.g. weights
+        of 1e20 after skipped steps), and its checkpoint would certify nothing."""
+        if self.trainer.sanity_checking:
+            return
+        self._check_skipped_share()  # the likelier cause, named first
+        if self._val_nonfinite:
+            raise NonFiniteLossError(
+                f"validation at epoch {self.current_epoch} gave non-finite logits on {self._val_nonfinite} "
+                f"inputs (method {self._method_name}, sigma {self.sigma}): the run has diverged. Nothing was "
+                f"saved from this epoch: {self._saved_state()}. Lower the learning rate (optim.optimizer.lr)"
+            )
 
     @property
     def certified_model(self) -> nn.Module:
@@ -264,6 +319,7 @@ class SmoothingMethod(pl.LightningModule):
         if self._val_generator is None:
             self._val_generator = self._generator(1)
         logits = self.noisy_validation_logits(x, self._val_generator)
+        self._val_nonfinite += int((~torch.isfinite(logits).all(dim=1)).sum())
         self.val_acc_noisy.update((logits.argmax(dim=1) == y).float())
         self.val_loss.update(F.cross_entropy(logits, y, reduction="none"))
         self.log("val/acc_noisy", self.val_acc_noisy, prog_bar=True, on_epoch=True, batch_size=len(x))

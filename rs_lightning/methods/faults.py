@@ -5,6 +5,7 @@ the global RNG states through checkpoints (README "Scaling up and running for da
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -25,6 +26,24 @@ def gradients_finite(module: nn.Module) -> bool:
     """Whether every parameter gradient of ``module`` is finite (one device sync)."""
     grads = [p.grad for p in module.parameters() if p.grad is not None]
     return not grads or bool(torch.stack([g.isfinite().all() for g in grads]).all())
+
+
+def check_skipped_share(
+    skipped: int, steps: int, max_share: float, where: str, saved_state: Callable[[], str]
+) -> str | None:
+    """The warning for an epoch (``where``) that skipped ``skipped`` of ``steps`` optimizer steps, None when
+    it skipped none; a :class:`NonFiniteLossError` when more than ``max_share`` of them (``saved_state()``
+    says what the stopped run leaves)."""
+    if not skipped:
+        return None
+    share = skipped / max(steps, 1)
+    what = f"{where} skipped {skipped} of {steps} steps ({share:.0%}) for a non-finite loss or gradient"
+    if share > max_share:
+        raise NonFiniteLossError(
+            f"{what}, more than on_nonfinite_loss_max_share={max_share}: the run has diverged. Nothing was "
+            f"saved from this epoch: {saved_state()}. Lower the learning rate (optim.optimizer.lr)"
+        )
+    return what
 
 
 def require_finite_weights(module: nn.Module, epoch: int, step: int) -> None:

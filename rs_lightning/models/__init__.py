@@ -4,7 +4,7 @@ from rs_lightning.models.ars import AdaptiveSmoothing, StaticMask
 from rs_lightning.models.cifar_resnet import BasicBlock, CIFARResNet
 from rs_lightning.models.constant import ConstantClassifier
 from rs_lightning.models.digits import MLP, DigitsCNN
-from rs_lightning.models.imagenet import resnet50
+from rs_lightning.models.imagenet import ResNet50
 from rs_lightning.models.lenet import LeNet
 from rs_lightning.models.normalize import Normalize, build_classifier
 from rs_lightning.models.published import load_published
@@ -20,8 +20,8 @@ __all__ = [
     "LeNet",
     "MaskUNet",
     "Normalize",
+    "ResNet50",
     "StaticMask",
     "build_classifier",
     "load_published",
-    "resnet50",
 ]

@@ -1,12 +1,14 @@
 """Build a smoothed-classifier base model from an rs-lightning checkpoint, safely.
 
-Checkpoints are read with ``torch.load(weights_only=True)`` and a class is only built from a ``_target_``
-inside an allowed package, so a downloaded checkpoint can never run code.
+Checkpoints are read with ``torch.load(weights_only=True)`` (tensors and plain containers only, no pickled
+objects), their metadata is checked value by value (:func:`check_metadata`), and the architecture is built
+through the registry of this project's classes (:data:`~rs_lightning.models.registry.MODELS`) with plain
+arguments: nothing named in the file is imported or called, so a downloaded checkpoint cannot run code.
 """
 
 from __future__ import annotations
 
-import importlib
+import math
 import os
 import pickle
 import re
@@ -16,7 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .normalize import build_classifier
+from rs_lightning.registry import RegistryError, check_plain
+
+from .normalize import Normalize, build_classifier
+from .registry import MODELS
 
 CHECKPOINT_KEY = "rs_lightning"
 """Key of the metadata dict (sigma, model/data config, normalization, classes) in every checkpoint."""
@@ -32,25 +37,62 @@ class CheckpointError(ValueError):
     """A file that is not a usable rs-lightning checkpoint."""
 
 
-def safe_instantiate(config: dict[str, Any], allowed_prefixes: tuple[str, ...], **kwargs) -> Any:
-    """Call ``config["_target_"](**config, **kwargs)`` if the target is inside ``allowed_prefixes``.
+def build_model(config: Any, input_shape, num_classes: int, source: str) -> nn.Module:
+    """The registered architecture ``config`` names (:data:`~rs_lightning.models.registry.MODELS`) with its
+    plain arguments; a CheckpointError naming ``source`` (the file) otherwise."""
+    try:
+        return MODELS.build(config, "model", input_shape=tuple(input_shape), num_classes=int(num_classes))
+    except RegistryError as err:
+        raise CheckpointError(f"{source}: {err}") from err
 
-    Nested ``_target_`` entries are refused: checkpoint configs are flat.
-    """
-    config = dict(config)
-    target = config.pop("_target_", None)
-    if not isinstance(target, str) or not target.startswith(allowed_prefixes):
-        raise CheckpointError(
-            f"refusing to build _target_={target!r}: only classes under {', '.join(allowed_prefixes)} "
-            "are allowed"
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_metadata(meta: Any, source: str | os.PathLike) -> dict:
+    """The checkpoint's metadata after checking every value a loader uses: ``input_shape`` (C, H, W) of
+    positive ints, ``num_classes`` >= 1, ``sigma`` finite > 0 or None, ``mean``/``std`` None or one finite
+    value per channel with ``std`` > 0, ``pipeline`` plain; a one-line CheckpointError naming ``source`` and
+    the value otherwise. ``model`` and ``data`` are checked where they are built, by the registry."""
+
+    def refuse(what: str) -> CheckpointError:
+        return CheckpointError(
+            f"{source} has unusable metadata: {what}; use a checkpoint written by train.py"
         )
-    for key, value in config.items():
-        if isinstance(value, dict) and "_target_" in value:
-            raise CheckpointError(f"refusing nested _target_ in {key!r} of {target}")
-    module_name, _, attr = target.rpartition(".")
-    factory = getattr(importlib.import_module(module_name), attr)
-    config = {k: v for k, v in config.items() if not k.startswith("_")}
-    return factory(**config, **kwargs)
+
+    if not isinstance(meta, dict):
+        raise refuse(f"{CHECKPOINT_KEY!r} is a {type(meta).__name__}, not a mapping")
+    shape = meta.get("input_shape")
+    if not (isinstance(shape, list | tuple) and len(shape) == 3 and all(_is_count(v) for v in shape)):
+        raise refuse(f"input_shape={shape!r} is not (C, H, W) of positive integers")
+    if not _is_count(meta.get("num_classes")):
+        raise refuse(f"num_classes={meta.get('num_classes')!r} is not an integer >= 1")
+    sigma = meta.get("sigma")
+    if sigma is not None and not (_is_number(sigma) and sigma > 0):
+        raise refuse(f"sigma={sigma!r} is not a finite number > 0")
+    mean, std = meta.get("mean"), meta.get("std")
+    if (mean is None) != (std is None):
+        raise refuse(f"mean={mean!r} and std={std!r}: give both or neither")
+    for name, values in (("mean", mean), ("std", std)):
+        if values is None:
+            continue
+        if not (isinstance(values, list | tuple) and len(values) == shape[0]):
+            raise refuse(f"{name}={values!r} is not one value per channel ({shape[0]})")
+        if not all(_is_number(v) for v in values):
+            raise refuse(f"{name}={values!r} holds a non-finite or non-numeric value")
+    if std is not None and min(std) <= 0:
+        raise refuse(f"std={std!r} holds a value <= 0 (normalization divides by it)")
+    for key in ("pipeline", "class_names"):  # model and data: checked when built (the registry)
+        try:
+            check_plain(key, meta.get(key))
+        except RegistryError as err:
+            raise refuse(str(err)) from err
+    return meta
 
 
 def _refusal(err: BaseException) -> str:
@@ -94,6 +136,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             f"{path} is a PyTorch file but not an rs-lightning checkpoint (no {CHECKPOINT_KEY!r} metadata); "
             "train with train.py, which records sigma, architecture and normalization"
         )
+    check_metadata(checkpoint[CHECKPOINT_KEY], path)
     return checkpoint
 
 
@@ -184,12 +227,7 @@ def load_classifier(
     :class:`~rs_lightning.models.ars.AdaptiveSmoothing` pipeline around the classifier instead."""
     checkpoint = read_checkpoint(path, map_location)
     meta = checkpoint[CHECKPOINT_KEY]
-    net = safe_instantiate(
-        meta["model"],
-        ("rs_lightning.models.",),
-        input_shape=tuple(meta["input_shape"]),
-        num_classes=int(meta["num_classes"]),
-    )
+    net = build_model(meta["model"], meta["input_shape"], meta["num_classes"], str(path))
     model = build_classifier(net, meta.get("mean"), meta.get("std"))
     state = classifier_state(checkpoint, path)
     pipeline = meta.get("pipeline")
@@ -207,8 +245,24 @@ def load_classifier(
             f"the weights in {path} do not fit the architecture {meta['model'].get('_target_')} "
             f"({meta['model']}{'' if pipeline is None else f', pipeline {pipeline}'}): {err}"
         ) from err
+    except (ValueError, TypeError) as err:  # only the pipeline's settings get here (the net exists)
+        raise CheckpointError(
+            f"{path} has unusable pipeline metadata {pipeline}: {_first_line(err)}"
+        ) from err
     _require_finite({k: v for k, v in checkpoint["state_dict"].items() if k.startswith("mask.")}, path)
+    _require_positive_std(model, path)
     return model.to(map_location).eval(), meta
+
+
+def _require_positive_std(model: nn.Module, path) -> None:
+    """The normalization's ``std`` buffers come from the weights, not the metadata: refuse one <= 0."""
+    for name, module in model.named_modules():
+        if isinstance(module, Normalize) and module.std is not None and not bool((module.std > 0).all()):
+            raise CheckpointError(
+                f"{path} holds a normalization std <= 0 in {name or 'the model'}.std "
+                f"({module.std.flatten().tolist()}): the classifier would divide by it; use a checkpoint "
+                "written by train.py"
+            )
 
 
 def training_method(meta: dict) -> str | None:

@@ -17,6 +17,8 @@ def _as_vector(values: Sequence[float], name: str) -> torch.Tensor:
     vec = torch.tensor([float(v) for v in values], dtype=torch.float32)
     if vec.ndim != 1 or vec.numel() == 0:
         raise ValueError(f"{name} must be a non-empty sequence of floats, got {values!r}")
+    if not bool(torch.isfinite(vec).all()):
+        raise ValueError(f"{name} must be finite, got {values!r}")
     return vec
 
 

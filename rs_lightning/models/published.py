@@ -18,7 +18,7 @@ Layouts (methods-core.md §0 "Checkpoint format", methods-advanced.md §0; confi
 No layout records the training sigma: ``meta["sigma"]`` is None and certification needs ``sigma=``.
 Cohen's CIFAR ResNet (bearpaw's, ``code/archs/cifar_resnet.py``; identical in every Cohen-derived repository
 and in MACER's ``model.py``), torchvision's ResNet-50 and the repositories' LeNet use the same parameter names
-as this project's ``CIFARResNet``, ``resnet50`` and ``LeNet``, so only the prefixes are mapped.
+as this project's ``CIFARResNet``, ``ResNet50`` and ``LeNet``, so only the prefixes are mapped.
 
 Files are read with ``torch.load(weights_only=True)`` only: a file holding pickled code is refused.
 """
@@ -37,7 +37,7 @@ from torch import nn
 
 from rs_lightning.validation import ConfigError
 
-from .checkpoint import CheckpointError, _load_weights_only, safe_instantiate
+from .checkpoint import CheckpointError, _load_weights_only, build_model
 from .normalize import build_classifier
 
 FORMATS = ("cohen", "smoothadv", "macer", "consistency", "smoothmix", "catrs")
@@ -56,7 +56,7 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     # smoothing-adversarial: cifar_resnet110 with 1000 classes, pre-trained on 32x32 ImageNet
     "imagenet32_resnet110": {"_target_": _CIFAR, "depth": 110},
     # torchvision resnet50(pretrained=False) in DataParallel (all Cohen-derived repositories)
-    "resnet50": {"_target_": "rs_lightning.models.imagenet.resnet50"},
+    "resnet50": {"_target_": "rs_lightning.models.imagenet.ResNet50"},
     # smoothing-consistency / smoothmix / smoothing-catrs archs/lenet.py (MNIST), MACER model.py LeNet
     "lenet": {"_target_": "rs_lightning.models.lenet.LeNet"},
 }
@@ -309,12 +309,13 @@ def load_published(
     arch = str(arch) if arch is not None else None
     cfg, arch_name = _model_config(model_cfg, arch, list(net_state), path, checkpoint_format)
     shape = [int(v) for v in input_shape]
-    net = safe_instantiate(
-        cfg, ("rs_lightning.models.",), input_shape=tuple(shape), num_classes=int(num_classes)
-    )
+    net = build_model(cfg, shape, num_classes, str(path))
     m, s, mode = _normalization(norm_state, checkpoint_format, mean, std, normalization, shape[0], path)
     net.load_state_dict(_check_fit(net, net_state, path, checkpoint_format, cfg))
-    model = build_classifier(net, m, s).to(map_location).eval()
+    try:
+        model = build_classifier(net, m, s).to(map_location).eval()
+    except ValueError as err:  # e.g. a std <= 0 from the file or the caller
+        raise CheckpointError(f"{path}: unusable normalization mean={m!r}, std={s!r}: {err}") from err
     epoch = raw.get("epoch")
     meta = {
         "sigma": None,

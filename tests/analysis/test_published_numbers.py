@@ -18,6 +18,7 @@ from rs_lightning.analysis import published_numbers as pn
 from rs_lightning.analysis.results import ResultWriter, write_json_atomic
 from rs_lightning.cli.report import main
 from rs_lightning.smoothing.spec import CertificationSpec
+from rs_lightning.smoothing.stats import clopper_pearson_lower, radius_from_pa
 
 REFERENCE = REPO.parent / "shared" / "reference"
 ALL_METHODS = "cohen, smoothadv, macer, consistency, smoothmix, catrs, acr_gaming$"
@@ -204,13 +205,19 @@ def synthetic_run(
     radii = [
         r + 0.01 for k, r in enumerate(cell.radii) for _ in range(counts[k] - np.append(counts, 0)[k + 1])
     ]
+    # each correct input's nA: the fewest of n whose Clopper-Pearson bound certifies its radius, so every row
+    # is what CERTIFY writes (the report checks pA_lower and radius against alpha and sigma)
+    bounds = clopper_pearson_lower(np.arange(n + 1), n, 0.001)
+    n_a = np.minimum(np.searchsorted(bounds, norm.cdf(np.asarray(radii) / cell.sigma)), n)
+    written = radius_from_pa(bounds[n_a], cell.sigma)
     with ResultWriter(folder / "certify.tsv") as writer:
         for i in range(images):
             good = i < len(radii)
             writer.write(
-                dict(idx=i, label=1, predict=1 if good else -1, radius=radii[i] if good else 0.0,
-                     correct=int(good), time=0.1, nA=n if good else 0, n=n, pA_lower=0.9,
-                     pA_hat=1.0 if good else 0.0, n0=100, nA0=100, samples=n + 100)
+                dict(idx=i, label=1, predict=1 if good else -1, radius=written[i] if good else 0.0,
+                     correct=int(good), time=0.1, nA=int(n_a[i]) if good else 0, n=n,
+                     pA_lower=bounds[n_a[i]] if good else 0.0, pA_hat=1.0 if good else 0.0, n0=100, nA0=100,
+                     samples=n + 100)
             )  # fmt: skip
     settings = CertificationSpec(sigma=cell.sigma, n0=100, n=n, alpha=0.001).as_dict() | {
         "subset": {"skip": 1, "start": 0, "max": None, "num_inputs": images},
@@ -219,7 +226,7 @@ def synthetic_run(
         "model": None,
     }
     write_json_atomic(folder / "settings.json", settings)
-    return folder, float(np.sum(radii)) / images
+    return folder, float(np.sum(written)) / images
 
 
 SHIFT = (0.010, -0.020, 0.0, 0.005, -0.005, 0.015, -0.015, 0.003)  # ours − published per radius

@@ -267,7 +267,7 @@ def test_recipe_values(name):
     spec = RECIPES[name]
     cfg = composed(name)
     assert cfg.data._target_ == "rs_lightning.data.imagenet.ImageNetDataModule"
-    assert cfg.model._target_ == "rs_lightning.models.imagenet.resnet50"
+    assert cfg.model._target_ == "rs_lightning.models.imagenet.ResNet50"
     assert cfg.method._target_ == f"rs_lightning.methods.{spec['method']}"
     assert cfg.data.batch_size == cfg.optim.batch_size, "optim.batch_size records the global batch"
     for kind in ("published", "chosen"):

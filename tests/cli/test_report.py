@@ -228,24 +228,27 @@ def test_module_entry_point_reports_errors_in_one_line(tmp_path):
 
 
 def test_report_flags_an_acr_order_that_contradicts_ecdf_dominance(constant_runs, tmp_path):
-    """A copy of a run with p̂ = 0.999 instead of 1 but doubled radii: dominated, yet the larger ACR."""
-    import shutil
-
+    """A copy of a run certified at N = 100,000 with p̂ = 1 − 1/N instead of 1: its ECDF is dominated, yet its
+    ACR is larger (the radius cap grows with N). Rows are what CERTIFY writes (the report checks them)."""
     from rs_lightning.analysis import COLUMNS, ResultWriter
+    from rs_lightning.smoothing.stats import clopper_pearson_lower, radius_from_pa
 
     source = constant_runs["c0"][1]
-    boosted = tmp_path / "boosted"
+    boosted, n = tmp_path / "boosted", 100_000
     boosted.mkdir()
-    shutil.copy(source / "settings.json", boosted / "settings.json")
+    settings = json.loads((source / "settings.json").read_text())
+    (boosted / "settings.json").write_text(json.dumps({**settings, "n": n}))
     rows = read_results(source / "certify.tsv")
+    lower = float(clopper_pearson_lower(n - 1, n, settings["alpha"]))
     with ResultWriter(boosted / "certify.tsv") as writer:
         for j in range(rows["idx"].size):
+            radius = float(radius_from_pa(lower, settings["sigma"]))  # the constant certifies every input
             row = {c: rows[c][j] for c in COLUMNS}
-            if row["correct"]:
-                row["nA"], row["radius"] = row["n"] - 1, 2 * row["radius"]
-            writer.write(row)
+            writer.write(
+                row | {"n": n, "nA": n - 1, "pA_lower": lower, "pA_hat": (n - 1) / n, "radius": radius}
+            )
     out = tmp_path / "report"
-    assert main([str(source), str(boosted), "--out", str(out)]) == 0
+    assert main([str(source), str(boosted), "--out", str(out), "--allow-mismatch"]) == 0
     text = (out / "report.md").read_text()
     assert re.search(
         r"- \*\*ConstantClassifier σ=0.25 \(\w+/c0\) dominates [^*]*/boosted\)\*\* .* but ACR", text

@@ -16,7 +16,7 @@ from PIL import Image
 
 from rs_lightning.data import DatasetNotFoundError, DigitsDataModule
 from rs_lightning.data.composite import CompositeDataModule, Layout
-from rs_lightning.models.checkpoint import safe_instantiate
+from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.validation import ConfigError
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "data"
@@ -287,7 +287,7 @@ def test_the_configs_build_through_hydra_and_the_checkpoint_loader(npz, tmp_path
     cfg.source.path, cfg.test_size = str(npz), 4
     cfg.fragment_size = 3
     plain = OmegaConf.to_container(cfg, resolve=True)
-    rebuilt = safe_instantiate(plain, ("rs_lightning.data.",))  # what certify.py does with the checkpoint's
+    rebuilt = DATA_MODULES.build(plain, "data")  # what certify.py does with the checkpoint's
     dm = instantiate(cfg)
     rebuilt.setup()
     dm.setup()
@@ -296,6 +296,6 @@ def test_the_configs_build_through_hydra_and_the_checkpoint_loader(npz, tmp_path
     cfg = OmegaConf.load(CONF / "composite.yaml")
     cfg.source = {"target": NPZ, "path": str(write_npz(tmp_path / "rgb.npz", channels=3))}
     cfg.background_dir = str(write_backgrounds(tmp_path / "bg", [1, 2], mode="RGB"))
-    dm = safe_instantiate(OmegaConf.to_container(cfg, resolve=True), ("rs_lightning.data.",))
+    dm = DATA_MODULES.build(OmegaConf.to_container(cfg, resolve=True), "data")
     dm.setup()
     assert dm.input_shape == (3, 64, 64) and (dm.blend, dm.placement) == ("paste", "edges")

@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
 
-from rs_lightning.models import MLP, CIFARResNet, DigitsCNN, LeNet, Normalize, build_classifier, resnet50
+from rs_lightning.models import MLP, CIFARResNet, DigitsCNN, LeNet, Normalize, ResNet50, build_classifier
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
@@ -29,7 +29,7 @@ def n_params(model: nn.Module) -> int:
         (lambda s, k: MLP(input_shape=s, num_classes=k, hidden=()), (3, 5, 4)),
         (lambda s, k: LeNet(input_shape=s, num_classes=k), (1, 28, 28)),
         (lambda s, k: CIFARResNet(input_shape=s, num_classes=k, depth=20), (3, 32, 32)),
-        (lambda s, k: resnet50(input_shape=s, num_classes=k), (3, 64, 64)),
+        (lambda s, k: ResNet50(input_shape=s, num_classes=k), (3, 64, 64)),
     ],
     ids=["digits_cnn", "mlp", "linear", "lenet", "resnet20", "resnet50"],
 )
@@ -126,7 +126,7 @@ def test_state_dict_round_trip(tmp_path):
         ("lenet", (1, 28, 28), LeNet),
         ("cifar_resnet20", (3, 32, 32), CIFARResNet),
         ("cifar_resnet110", (3, 32, 32), CIFARResNet),
-        ("resnet50", (3, 64, 64), nn.Module),
+        ("resnet50", (3, 64, 64), ResNet50),
     ],
 )
 def test_model_configs_instantiate(name, shape, cls):

@@ -161,7 +161,7 @@ def test_imagenet_resnet50_dataparallel_layout(tmp_path):
     path = save(cohen_file(wrapped, "resnet50"), tmp_path / "checkpoint.pth.tar")
     model, meta = load_published(path, "cohen", None, (3, 64, 64), 10, *IMAGENET)
     assert_same_logits(model, nn.Sequential(PlainTensorNormalize(*IMAGENET), net).eval(), (3, 64, 64))
-    assert meta["model"] == {"_target_": "rs_lightning.models.imagenet.resnet50"}
+    assert meta["model"] == {"_target_": "rs_lightning.models.imagenet.ResNet50"}
 
 
 @pytest.mark.parametrize(
@@ -190,7 +190,7 @@ def test_model_cfg_from_hydra_config_overrides_the_arch(tmp_path):
     model, meta = load_published(path, "cohen", cfg, (3, 32, 32), 10, *CIFAR10)
     assert_same_logits(model, wrapped, (3, 32, 32))
     assert meta["model"] == {"_target_": "rs_lightning.models.cifar_resnet.CIFARResNet", "depth": 20}
-    with pytest.raises(CheckpointError, match="refusing to build"):
+    with pytest.raises(CheckpointError, match="not a registered model"):
         load_published(path, "cohen", {"_target_": "os.system"}, (3, 32, 32), 10, *CIFAR10)
 
 
@@ -222,7 +222,7 @@ def test_project_names_match_the_published_networks():
         "fc2.weight": (10, 500),
         "fc2.bias": (10,),
     }
-    assert ARCHITECTURES["resnet50"]["_target_"] == "rs_lightning.models.imagenet.resnet50"  # torchvision's
+    assert ARCHITECTURES["resnet50"]["_target_"] == "rs_lightning.models.imagenet.ResNet50"  # torchvision's
 
 
 def cifar_file(tmp_path: Path, edit=None, num_classes: int = 10) -> Path:

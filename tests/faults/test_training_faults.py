@@ -18,7 +18,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 import torch
-from rs_testing import REPO, train_config
+from rs_testing import REPO, run_script, train_config
 
 from rs_lightning.cli.train import train
 from rs_lightning.methods import NonFiniteLossError, NonFiniteWeightsError
@@ -173,15 +173,83 @@ def test_nan_loss_stops_with_the_message_and_keeps_the_last_good_checkpoint(tmp_
     assert_same_weights(tmp_path / "checkpoints" / "last.ckpt", tmp_path / "checkpoints" / "epoch000.ckpt")
 
 
-def test_skip_policy_counts_skipped_steps_and_keeps_training(tmp_path):
-    result = train(
-        train_config(tmp_path, ["optim.max_epochs=2", "on_nonfinite_loss=skip", *QUIET]),
-        extra_callbacks=[InjectNaN(1, 20)],  # the last 3 of epoch 1's 23 steps
-    )
+def test_skip_policy_counts_skipped_steps_warns_and_keeps_training(tmp_path):
+    with pytest.warns(
+        UserWarning, match=r"epoch 1 \(method GaussianAugmentation, sigma 0.25\) skipped 3 of 23"
+    ):
+        result = train(
+            train_config(
+                tmp_path,
+                ["optim.max_epochs=2", "on_nonfinite_loss=skip", "on_nonfinite_loss_max_share=0.2", *QUIET],
+            ),
+            extra_callbacks=[InjectNaN(1, 20)],  # the last 3 of epoch 1's 23 steps: 13 %, under 20 %
+        )
     checkpoint = torch.load(result["checkpoint"], weights_only=True)
     assert checkpoint["rs_lightning_skipped_steps"] == 3
     assert all(bool(t.isfinite().all()) for t in checkpoint["state_dict"].values())
     assert result["metrics"]["train/skipped_steps"] == 3
+
+
+def test_skip_policy_stops_a_run_that_skips_more_than_the_allowed_share(tmp_path):
+    """Issue 22 item 4. Catches: 44 of 46 steps skipped, NaN validation, exit 0 and nothing printed — a dead
+    run reported as finished, with a checkpoint of the dead epoch."""
+    with pytest.raises(NonFiniteLossError) as err:
+        train(
+            train_config(tmp_path, ["optim.max_epochs=3", "on_nonfinite_loss=skip", *QUIET]),
+            extra_callbacks=[InjectNaN(1, 5)],  # 18 of epoch 1's 23 steps
+        )
+    message = str(err.value)
+    assert "epoch 1 (method GaussianAugmentation, sigma 0.25) skipped 18 of 23 steps (78%)" in message
+    assert "more than on_nonfinite_loss_max_share=0.1" in message
+    assert f"{tmp_path / 'checkpoints' / 'last.ckpt'} holds the last good epoch" in message
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
+
+
+def test_a_dead_run_exits_non_zero_with_one_line(tmp_path):
+    """The issue's case: a learning rate that blows the loss up in most steps. train.py stops at the end of
+    epoch 0 with one line naming the skipped share, status 2, and no checkpoint from the dead epoch."""
+    done = run_script(
+        "train.py", "on_nonfinite_loss=skip", "optim.optimizer.lr=1000", "optim.max_epochs=3",
+        f"hydra.run.dir={tmp_path}", "~callbacks.certification", "trainer.enable_progress_bar=false",
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    line = done.stderr.strip().splitlines()[-1]  # after Lightning's own start-up lines
+    assert line.startswith("error: epoch 0 (method GaussianAugmentation, sigma 0.25) skipped ")
+    assert "the run has diverged" in line
+    assert "no checkpoint was written yet" in line and "last.ckpt holds" not in line
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
+
+
+def test_non_finite_validation_stops_under_either_policy(tmp_path):
+    """Weights of 1e30 are finite (so the weight check passes) but the logits are not."""
+
+    class Overflow(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.current_epoch == 1 and batch_idx == 22:
+                with torch.no_grad():
+                    for p in pl_module.parameters():
+                        p.fill_(1e30)
+
+    with pytest.raises(
+        NonFiniteLossError, match="validation at epoch 1 gave non-finite logits on 360 inputs"
+    ):
+        train(train_config(tmp_path, ["optim.max_epochs=3", *QUIET]), extra_callbacks=[Overflow()])
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
+
+
+def test_divergence_in_the_first_epoch_does_not_promise_a_checkpoint(tmp_path):
+    """Issue 22 item 5: the message said 'checkpoints/last.ckpt holds the last good epoch' with none there."""
+    with pytest.raises(NonFiniteLossError) as err:
+        train(train_config(tmp_path, ["optim.max_epochs=2", *QUIET]), extra_callbacks=[InjectNaN(0, 3)])
+    assert "no checkpoint was written yet" in str(err.value) and "holds" not in str(err.value)
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
+
+
+@pytest.mark.parametrize("share", ["-0.1", "1.5", "nan", "abc"])
+def test_bad_max_share_is_refused_before_any_work(tmp_path, share):
+    with pytest.raises(ConfigError, match="on_nonfinite_loss_max_share"):
+        train(train_config(tmp_path, [f"on_nonfinite_loss_max_share={share}", *QUIET]))
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_a_checkpoint_is_never_written_from_non_finite_weights(tmp_path):

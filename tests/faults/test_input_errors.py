@@ -5,14 +5,13 @@ checkpoints."""
 import gzip
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
-from rs_testing import REPO, compose_config
+from rs_testing import REPO, assert_one_line_error, compose_config, run_script
 
 from rs_lightning.cli.common import (
     USER_ERRORS,
@@ -29,24 +28,7 @@ from rs_lightning.validation import ConfigError, MissingValueError
 
 
 def run(script: str, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / script), *overrides],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-
-
-def assert_one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-2000:]
-    assert lines[0].startswith("error: ")
-    for needle in needles:
-        assert needle in lines[0]
-    return lines[0]
+    return run_script(script, *overrides)
 
 
 # ---------------------------------------------------------------- entry points, as users run them
@@ -55,6 +37,31 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *needles: str) -> s
 def test_train_cli_without_npz_path(tmp_path):
     line = assert_one_line_error(run("train.py", "data=npz", f"hydra.run.dir={tmp_path}"))
     assert line == "error: data.path is missing: set data.path=..."
+
+
+@pytest.mark.parametrize("script", ["train.py", "certify.py", "soft_labels.py"])
+@pytest.mark.parametrize("folder", ["/proc/forbidden", "/proc/forbidden/${now:%H-%M}"])
+def test_an_unwritable_hydra_run_dir_is_one_line(script, folder):
+    """Issue 22: Hydra created its run folder before the entry point ran, and failed with its traceback."""
+    done = run(script, f"hydra.run.dir={folder}", "checkpoint=x.ckpt")
+    assert_one_line_error(done, f"hydra.run.dir='{folder}'", "writable folder")
+
+
+def test_certify_cli_with_unwritable_output_dir_alone():
+    """output_dir=X alone makes X Hydra's run folder too (certify.py), so it is checked before Hydra."""
+    done = run("certify.py", "checkpoint=x.ckpt", "output_dir=/proc/forbidden")
+    assert_one_line_error(done, "output_dir='/proc/forbidden'", "writable folder")
+
+
+def test_report_bad_out_and_radii_are_one_line(tmp_path):
+    runs = sorted((REPO / "docs" / "results" / "mnist_structured" / "runs").iterdir())[:2]
+    report = ["-m rs_lightning.cli.report", *map(str, runs)]
+    done = run_script(*report, "--out", "/proc/forbidden/report")
+    assert_one_line_error(done, "--out='/proc/forbidden/report'", "writable folder")
+    for radius in ("-1", "nan", "inf"):
+        done = run_script(*report, "--out", str(tmp_path / "r"), "--radii", "0", radius)
+        assert_one_line_error(done, f"--radii={float(radius)}", "finite number >= 0")
+    assert not (tmp_path / "r").exists()
 
 
 def test_certify_cli_with_unwritable_output_dir(tmp_path):
@@ -158,6 +165,16 @@ def _nan(a):
             lambda a: {**a, "x_train": np.zeros((12, 3, 32, 32), np.uint8)},
             "x_train looks channels-first",
             "x.transpose(0, 2, 3, 1)",
+        ),
+        (  # issue 22: was "num_samples should be a positive integer" from the DataLoader, mid-run
+            lambda a: {**a, "x_test": a["x_test"][:0], "y_test": a["y_test"][:0]},
+            "x_test holds no images",
+            "at least one image",
+        ),
+        (
+            lambda a: {**a, "x_train": a["x_train"][:0], "y_train": a["y_train"][:0]},
+            "x_train holds no images",
+            "at least one image",
         ),
     ],
 )
