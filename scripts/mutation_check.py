@@ -18,6 +18,27 @@ REPO = Path(__file__).resolve().parents[1]
 MUTANTS = [
     # (name, file, original text, mutated text, tests that must fail)
     (
+        "sequential peeking (level alpha at every look)",
+        "rs_lightning/smoothing/spec.py",
+        "return self.alpha / len(look_schedule(self))",
+        "return self.alpha",
+        "tests/smoothing/test_sequential.py::test_optional_stopping_just_below_a_grid_threshold",
+    ),
+    (
+        "sequential certificate at alpha instead of alpha/K",
+        "rs_lightning/smoothing/engine.py",
+        "pa_lower = clopper_pearson_lower(n_a, n, spec.bound_alpha)",
+        "pa_lower = clopper_pearson_lower(n_a, n, spec.alpha)",
+        "tests/smoothing/test_sequential.py::test_sequential_certify_is_sound_on_the_halfspace",
+    ),
+    (
+        "sequential look restarts the noise stream",
+        "rs_lightning/smoothing/engine.py",
+        "Phase.ESTIMATION, stop - start, first_block=start // spec.noise_block,",
+        "Phase.ESTIMATION, stop - start, first_block=0,",
+        "tests/smoothing/test_sequential.py::test_the_first_n_draws_are_cohens_estimation_draws",
+    ),
+    (
         "cp off-by-one (k+1, n-k)",
         "rs_lightning/smoothing/stats.py",
         "bound = beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)",
@@ -64,8 +85,8 @@ MUTANTS = [
     (
         "iss bound with n instead of k_hat",
         "rs_lightning/smoothing/engine.py",
-        "pa_lower = clopper_pearson_lower(n_a, n, spec.alpha)",
-        "pa_lower = clopper_pearson_lower(n_a, spec.n if spec.sampling == 'iss' else n, spec.alpha)",
+        "pa_lower = clopper_pearson_lower(n_a, n, spec.bound_alpha)",
+        "pa_lower = clopper_pearson_lower(n_a, spec.n if spec.sampling == 'iss' else n, spec.bound_alpha)",
         "tests/smoothing/test_soundness.py::test_iss_default_mode_is_sound_given_its_pilot",
     ),
     (

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS as SPEC_PROTOCOL_KEYS
-from rs_lightning.smoothing.spec import protocol_of
+from rs_lightning.smoothing.spec import CertificationSpec, protocol_of
 from rs_lightning.smoothing.stats import NORMS, radius_scale
 from rs_lightning.validation import ConfigError
 
@@ -228,6 +228,13 @@ def _read_json(path: Path) -> dict | None:
     return data
 
 
+def bound_level(settings: dict) -> float:
+    """The level of a run's Clopper–Pearson bounds (alpha; sequential sampling: alpha per look)."""
+    if settings.get("sampling") != "sequential":
+        return float(settings["alpha"])
+    return CertificationSpec.from_dict(settings).bound_alpha
+
+
 def load_run(path: str | Path, sigma: float | None = None) -> Run:
     """Load a run folder (``certify.tsv`` + ``settings.json``/``summary.json``) or a bare TSV file.
 
@@ -256,10 +263,11 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
     if settings.get("sigma") is None and sigma is not None:
         settings = {**settings, "sigma": float(sigma)}
     if settings.get("alpha") is not None:  # rows that betray another protocol than their settings.json
+        mode = settings.get("mode", "certify")
+        level = float(settings["alpha"]) if mode == "predict" else bound_level(settings)
         mismatch = settings_mismatch(
-            rows, settings.get("mode", "certify"), float(settings["alpha"]), settings.get("sigma"),
-            settings.get("norm", "l2"), settings.get("dim"),
-        )  # fmt: skip
+            rows, mode, level, settings.get("sigma"), settings.get("norm", "l2"), settings.get("dim")
+        )
         if mismatch is not None:
             raise ResultFileError(
                 f"{tsv} holds {mismatch[0]}, but its settings say {mismatch[1]}: rows of two protocols are "

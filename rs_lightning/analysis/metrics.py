@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_lightning.smoothing.stats import max_certifiable_radius
+from rs_lightning.smoothing.stats import DEFAULT_RADIUS_STEPS, max_certifiable_radius, radius_grid  # noqa: F401
 
 ECDF_GRID = np.round(np.linspace(0.5, 1.0, 501), 3)
 """x grid of the pA ECDF: 0.500, 0.501, ..., 1.000 (as in the acr-weakness release)."""
@@ -44,21 +44,6 @@ def pa_ecdf(pa, grid=ECDF_GRID) -> np.ndarray:
     if pa.size == 0:
         return np.zeros_like(grid)
     return (pa[None, :] >= grid[:, None] - 1e-12).mean(axis=1)
-
-
-DEFAULT_RADIUS_STEPS = {"l2": 0.25, "linf": 1 / 255}
-"""Certified-accuracy grid spacing per norm when none is given: 0.25 (L2, as Cohen et al.) and one 8-bit
-grey level 1/255 (L∞, as ARS reports)."""
-
-
-def radius_grid(
-    sigma: float, n: int, alpha: float, step: float | None = None, norm: str = "l2", dim: int | None = None
-) -> np.ndarray:
-    """Radii 0, step, 2·step, ... up to the largest radius certifiable with ``n`` samples in ``norm``
-    (L∞ needs the input dimension ``dim``); ``step`` None = :data:`DEFAULT_RADIUS_STEPS` of the norm."""
-    top = max_certifiable_radius(sigma, n, alpha, norm, dim)
-    step = DEFAULT_RADIUS_STEPS[norm] if step is None else step
-    return np.round(np.arange(0.0, top + 1e-9, step), 6)
 
 
 def summarize(radius, correct, predict, pa_hat, *, radii, n=None, samples=None, ecdf_grid=ECDF_GRID) -> dict:

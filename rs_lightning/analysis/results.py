@@ -126,7 +126,8 @@ def settings_mismatch(
     ``alpha``, sigma or norm than given; None when every row agrees (or the columns are absent). CERTIFY rows
     record alpha through ``pA_lower`` = the one-sided Clopper–Pearson bound of ``nA`` of ``n`` (Cohen et al.
     2019, Alg. 1) and sigma/norm through ``radius`` = scale·Φ⁻¹(pA_lower); PREDICT rows abstain exactly where
-    ``pvalue > alpha``. Catches rows of two protocols in one file (a resume after settings.json was lost)."""
+    ``pvalue > alpha``. Catches rows of two protocols in one file (a resume after settings.json was lost).
+    For CERTIFY, ``alpha`` is the level of each row's bound (``CertificationSpec.bound_alpha``)."""
     idx = rows.get("idx")
     if mode == "predict":
         if not {"pvalue", "predict"} <= rows.keys():

@@ -27,6 +27,7 @@ from rs_lightning.smoothing import CertificationSpec, certify_dataset
 from rs_lightning.smoothing.engine import check_norm_supported
 from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
+from rs_lightning.smoothing.sequential import resolve_grid
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 PREFIX = "callbacks.certification."
@@ -51,6 +52,9 @@ class CertificationCallback(pl.Callback):
             baseline in the same units as ARS).
         sigma: certification noise; defaults to the method's training sigma.
         precision, channels_last, compile: how the base network is evaluated, as in ``certify.py``.
+        sampling, sequential: ``cohen`` (n draws per input) or ``sequential`` (draws stop once the input's
+            radius bucket is decided; ``sequential`` holds ``radii``, ``first_look``, ``growth``), as in
+            ``certify.py``.
     """
 
     def __init__(
@@ -68,6 +72,8 @@ class CertificationCallback(pl.Callback):
         precision: str = "32",
         channels_last: bool = False,
         compile: bool = False,
+        sampling: str = "cohen",
+        sequential: dict | None = None,
     ) -> None:
         require_at_least(PREFIX + "every_n_epochs", every_n_epochs, 1)
         require_at_least(PREFIX + "num_inputs", num_inputs, 1)
@@ -75,6 +81,7 @@ class CertificationCallback(pl.Callback):
             require_positive(PREFIX + "radius_step", radius_step)
         settings = dict(sigma=sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed)
         settings |= dict(precision=precision, channels_last=channels_last, compile=compile)
+        settings |= dict(sampling=sampling, sequential=sequential)
         if norm is not None:
             settings["norm"] = norm
         self.spec = CertificationSpec.from_dict(settings, prefix=PREFIX)
@@ -117,6 +124,12 @@ class CertificationCallback(pl.Callback):
             "alpha": spec.alpha,
             "seed": spec.seed,
             "precision": spec.precision,
+            "sampling": spec.sampling,
+            **(
+                {f"sequential.{k}": v for k, v in dataclasses.asdict(spec.sequential).items()}
+                if spec.sequential
+                else {}
+            ),
             "skip": skip,
             "start": 0,
             "max": indices[-1] + 1,
@@ -131,7 +144,8 @@ class CertificationCallback(pl.Callback):
         dataset = trainer.datamodule.dataset(spec.split)
         indices = self.subset(len(dataset))
         dim = math.prod(trainer.datamodule.input_shape)
-        radii = radius_grid(spec.sigma, spec.n, spec.alpha, self.radius_step, spec.norm, dim)
+        spec = resolve_grid(spec, dim)
+        radii = radius_grid(spec.sigma, spec.n, spec.bound_alpha, self.radius_step, spec.norm, dim)
         device = pl_module.device
         metrics = {
             "pa": PAEstimates(),

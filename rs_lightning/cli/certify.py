@@ -54,7 +54,8 @@ from rs_lightning.smoothing import CertificationSpec, run_dataset
 from rs_lightning.smoothing.engine import check_iss_decline, check_norm_supported
 from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
-from rs_lightning.smoothing.spec import protocol_of
+from rs_lightning.smoothing.sequential import look_schedule, resolve_grid
+from rs_lightning.smoothing.spec import SequentialSettings, protocol_of
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 from .common import (
@@ -205,7 +206,9 @@ def _check_rows_match(table: Path, spec: CertificationSpec, dim: int | None) -> 
             rows = read_results(path, required)
         except ResultFileError:
             continue  # an old file without these columns: the writer checks its header
-        if spec.mode == "certify" and spec.sampling == "iss":
+        if spec.mode == "certify" and spec.sampling == "sequential":
+            bad = ~np.isin(rows["n"], look_schedule(spec)) | (rows["n0"] != spec.n0)
+        elif spec.mode == "certify" and spec.sampling == "iss":
             bad = rows["n"] > spec.n
         elif spec.mode == "certify":
             bad = (rows["n"] != spec.n) | (rows["n0"] != spec.n0)
@@ -217,7 +220,8 @@ def _check_rows_match(table: Path, spec: CertificationSpec, dim: int | None) -> 
             _refuse_rows(
                 table, path, f"rows with {found} (idx {int(rows['idx'][j])})", f"n={spec.n}, n0={spec.n0}"
             )
-        mismatch = settings_mismatch(rows, spec.mode, spec.alpha, spec.sigma, spec.norm, dim)
+        level = spec.alpha if spec.mode == "predict" else spec.bound_alpha
+        mismatch = settings_mismatch(rows, spec.mode, level, spec.sigma, spec.norm, dim)
         if mismatch is not None:
             _refuse_rows(table, path, *mismatch)
 
@@ -251,7 +255,7 @@ def format_summary(summary: dict) -> str:
         f"  ACR                        {summary['acr']:.4f}",
         f"  mean pA (true label)       {summary['pa_mean']:.4f}",
     ]
-    if spec.sampling == "iss":
+    if spec.sampling in ("iss", "sequential"):
         lines.append(f"  mean estimation draws n    {summary['mean_n']:.0f} of at most {spec.n}")
     lines.append("  radius   certified accuracy")
     lines += [f"  {float(r):<8g} {a:.4f}" for r, a in summary["certified_accuracy"].items()]
@@ -282,6 +286,13 @@ def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model) -> Certificati
 def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
     """Check values that are easy to get wrong, before any work; returns the spec."""
     spec = spec_from_config(cfg)
+    if spec.sampling != "sequential":  # the config lists the sampler's keys: set, they would be ignored
+        defaults = dataclasses.asdict(SequentialSettings())
+        for key, value in (plain(cfg.get("sequential")) or {}).items():
+            if value != defaults.get(key):
+                raise ConfigError(
+                    f"sequential.{key}", value, "left at its default unless sampling=sequential"
+                )
     require_at_least("skip", cfg.skip, 1)
     require_at_least("start", cfg.start, 0)
     if cfg.radius_step is not None:
@@ -369,6 +380,7 @@ def certify(cfg: DictConfig) -> dict:
     model, meta, datamodule, sigma = load_model_and_data(cfg, checkpoint, device)
     spec = resolve_norm(cfg, spec.with_sigma(sigma), model)
     check_iss_decline(spec, math.prod(datamodule.input_shape))
+    spec = resolve_grid(spec, math.prod(datamodule.input_shape))  # sampling=sequential: stored resolved
     if pipeline_of(model) is not None:
         pipeline_of(model).sigma = sigma  # the pipeline's accounting holds at any sigma
     dataset = datamodule.dataset(spec.split)
@@ -474,7 +486,9 @@ def finish_run(out: Path, settings: dict, radius_step: float | None = None) -> d
     summary["settings"] = settings
     write_json_atomic(out / "summary.json", summary)
     if certifying:
-        label = f"sigma={sigma:g}, n={spec.n}" + (" (ISS)" if spec.sampling == "iss" else "")
+        label = f"sigma={sigma:g}, n={spec.n}" + {"iss": " (ISS)", "sequential": " (sequential)"}.get(
+            spec.sampling, ""
+        )
         save_figure(
             certified_accuracy_figure({label: (rows["radius"], rows["correct"])}, norm=spec.norm),
             out / "certified_accuracy.png",

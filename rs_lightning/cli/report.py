@@ -196,8 +196,11 @@ def budget_plot(runs: list[Run], budgets: list[int], path: Path) -> Path:
 
 
 def _sampling(run: Run) -> str | None:
-    """``cohen``, or ``iss ad 0.05 (k0=1000)`` with the run's mean draws per input."""
+    """``cohen``, ``iss ad 0.05 (k0=1000; mean n …)`` or ``sequential (… radii up to …; mean n …)``."""
     protocol = run.protocol()
+    seq = protocol.get("sequential")
+    if protocol["sampling"] == "sequential" and isinstance(seq, dict) and seq.get("radii"):
+        return f"sequential ({len(seq['radii'])} radii up to {seq['radii'][-1]:g}; mean n {run.mean_n:.0f})"
     if protocol["sampling"] != "iss" or not isinstance(protocol["iss"], dict):
         return protocol["sampling"]
     iss = protocol["iss"]

@@ -20,7 +20,7 @@ from .noise import NOISE_BLOCK, Phase
 from .pipeline import NoisePipeline
 from .precision import BaseClassifier, NonFiniteLogitsError
 from .smooth import Smooth
-from .spec import CertificationSpec, IssSettings
+from .spec import CertificationSpec, IssSettings, SequentialSettings
 from .stats import (
     NORMS,
     clopper_pearson_interval,
@@ -40,6 +40,7 @@ __all__ = [
     "CertificationSpec",
     "CertifyResult",
     "IssSettings",
+    "SequentialSettings",
     "NonFiniteLogitsError",
     "Phase",
     "PredictResult",

@@ -17,6 +17,7 @@ import torch
 
 from rs_lightning.validation import ConfigError
 
+from . import sequential
 from .iss import iss_table, pilot_sample_sizes
 from .noise import NOISE_BLOCK, Phase, block_sizes, standard_normal_block
 from .pipeline import pipeline_of
@@ -100,6 +101,7 @@ def sample_counts(
     batch_size: int,
     seed: int = 0,
     noise_block: int = NOISE_BLOCK,
+    first_block: int | Sequence[int] = 0,
 ) -> torch.Tensor:
     """Count ``argmax model(x_i + sigma * eps)`` per class over ``num_samples`` draws for every input.
 
@@ -112,6 +114,8 @@ def sample_counts(
         xs: ``(G, *shape)`` clean inputs, on the model's device.
         indices: dataset index of each input: its noise is seeded by ``(seed, index, phase)``.
         num_samples: draws per input, one number for all or one per input.
+        first_block: the block of each input's stream the draws start at (one for all or one per input):
+            draws ``first_block * noise_block`` onwards, e.g. to continue a sequential estimate.
     Returns:
         ``(G, num_classes)`` int64 counts on ``xs.device``.
     Raises:
@@ -122,6 +126,7 @@ def sample_counts(
     per_input = [int(num_samples)] * groups if np.ndim(num_samples) == 0 else [int(k) for k in num_samples]
     if len(per_input) != groups:
         raise ValueError(f"got {len(per_input)} sample sizes for {groups} inputs")
+    starts = [int(first_block)] * groups if np.ndim(first_block) == 0 else [int(b) for b in first_block]
     pipeline = pipeline_of(model)
     if pipeline is not None and not math.isclose(float(pipeline.sigma), float(sigma), rel_tol=1e-12):
         raise ValueError(f"the pipeline runs at sigma={pipeline.sigma} but sigma={sigma} was asked for")
@@ -149,7 +154,7 @@ def sample_counts(
         filled = 0
 
     for g, index in enumerate(indices):
-        for block, rows in enumerate(block_sizes(per_input[g], noise_block)):
+        for block, rows in enumerate(block_sizes(per_input[g], noise_block), start=starts[g]):
             fits = capacity - filled >= rows
             noise = standard_normal_block(
                 seed,
@@ -233,7 +238,9 @@ def prepare(model, spec: CertificationSpec) -> BaseClassifier:
     ).eval()
 
 
-def _counts(model, xs, indices, spec: CertificationSpec, num_classes: int, phase: Phase, num_samples):
+def _counts(
+    model, xs, indices, spec: CertificationSpec, num_classes: int, phase: Phase, num_samples, first_block=0
+):
     return sample_counts(
         model,
         xs,
@@ -245,6 +252,7 @@ def _counts(model, xs, indices, spec: CertificationSpec, num_classes: int, phase
         batch_size=spec.batch_size,
         seed=spec.seed,
         noise_block=spec.noise_block,
+        first_block=first_block,
     )
 
 
@@ -287,6 +295,32 @@ def _iss_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
     return counts0, selected, counts, np.where(k_hat > 0, np.maximum(k_hat, k0), 0), n0, n0 + extra
 
 
+def _sequential_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
+    """Sequential sampling (:mod:`.sequential`): ``n0`` selection draws pick the class; the estimation
+    draws of the inputs still open are taken look by look (all open inputs in one packed call per look),
+    continuing each input's estimation stream, until each input's bucket on the grid is decided."""
+    dim = xs[0].numel()
+    spec = sequential.resolve_grid(spec, dim)
+    counts0 = _counts(model, xs, indices, spec, num_classes, Phase.SELECTION, spec.n0)
+    selected = counts0.argmax(dim=1)
+    counts = torch.zeros_like(counts0)
+
+    def draw(open_: np.ndarray, start: int, stop: int) -> np.ndarray:
+        rows = torch.as_tensor(open_, device=xs.device)
+        more = _counts(
+            model, xs.index_select(0, rows), [indices[j] for j in open_], spec, num_classes,
+            Phase.ESTIMATION, stop - start, first_block=start // spec.noise_block,
+        )  # fmt: skip
+        counts.index_add_(0, rows, more)
+        return _pick(more, selected.index_select(0, rows)).cpu().numpy()
+
+    targets = sequential.thresholds(spec.sequential.radii, radius_scale(spec.sigma, spec.norm, dim))
+    looks = sequential.look_schedule(spec)
+    _, n = sequential.estimate(draw, xs.shape[0], looks, spec.bound_alpha, targets)
+    n0 = np.full(xs.shape[0], spec.n0, dtype=np.int64)
+    return counts0, selected, counts, n, n0, n0 + n
+
+
 def certify_batch(
     model, xs: torch.Tensor, indices: Sequence[int], spec: CertificationSpec, *, num_classes: int
 ) -> CertifyResult:
@@ -299,11 +333,14 @@ def certify_batch(
       ``cA`` among ``k̂`` fresh estimation draws (k̂ = 0: abstain at once). The pilot never enters the bound,
       so the guarantee below holds conditionally on it. ``iss.reuse_pilot`` adds the pilot counts as the
       reference code does (then the bound uses ``max(k̂, k0)`` draws; guarantee not established).
+    - ``sequential`` (:mod:`.sequential`): ``n0`` selection draws pick ``cA``; estimation draws are looked at
+      on a geometric schedule up to ``n`` and stop once the input's bucket on the radius grid is decided;
+      the bound is taken at level α/K (K looks), valid at the data-dependent stop by the union bound.
 
-    ``pA_lower`` = one-sided Clopper–Pearson bound at level ``alpha``; abstain (ABSTAIN, radius 0) if it is
-    below 1/2, else radius ``sigma * Phi^-1(pA_lower)`` (``spec.norm="linf"``: divided by √d, d the number of
-    input coordinates). With probability >= 1 - alpha per input, the result abstains or equals g(x), and g
-    is constant on the ball of that radius in ``spec.norm``. A
+    ``pA_lower`` = one-sided Clopper–Pearson bound at level ``alpha`` (sequential: α/K); abstain (ABSTAIN,
+    radius 0) if it is below 1/2, else radius ``sigma * Phi^-1(pA_lower)`` (``spec.norm="linf"``: divided by
+    √d, d the number of input coordinates). With probability >= 1 - alpha per input, the result abstains or
+    equals g(x), and g is constant on the ball of that radius in ``spec.norm``. A
     :class:`~rs_lightning.smoothing.pipeline.NoisePipeline` certifies only the norms its accounting covers.
     """
     if spec.mode != "certify":
@@ -312,11 +349,11 @@ def certify_batch(
     check_norm_supported(model, spec.norm)
     check_precision_supported(spec.precision, xs.device)
     model = prepare(model, spec)
-    draw = _cohen_draws if spec.sampling == "cohen" else _iss_draws
+    draw = {"cohen": _cohen_draws, "iss": _iss_draws, "sequential": _sequential_draws}[spec.sampling]
     counts0, selected, counts, n, n0, samples = draw(model, xs, indices, spec, num_classes)
     n_a0, n_a = _pick(counts0, selected), _pick(counts, selected)
     selected, n_a0, n_a, counts = (t.cpu().numpy() for t in (selected, n_a0, n_a, counts))
-    pa_lower = clopper_pearson_lower(n_a, n, spec.alpha)
+    pa_lower = clopper_pearson_lower(n_a, n, spec.bound_alpha)
     abstain = (pa_lower < 0.5) | (n == 0)
     return CertifyResult(
         index=np.asarray(indices, dtype=np.int64),

@@ -9,7 +9,7 @@ from torch import nn
 
 from .engine import ABSTAIN, certify_batch, predict_batch, prepare
 from .precision import check_precision_supported
-from .spec import CertificationSpec, IssSettings
+from .spec import CertificationSpec, IssSettings, SequentialSettings
 
 
 class Smooth:
@@ -60,7 +60,8 @@ class Smooth:
         return x.unsqueeze(0), [next(self._calls) if index is None else index]
 
     def _spec(self, **settings) -> CertificationSpec:
-        values = {k: v for k, v in self._base_spec.as_dict().items() if k not in ("iss", "n0", "mode")}
+        values = self._base_spec.as_dict()
+        values = {k: v for k, v in values.items() if k not in ("iss", "sequential", "n0", "mode")}
         return CertificationSpec(**(values | settings))
 
     def certify(
@@ -74,13 +75,17 @@ class Smooth:
         *,
         sampling: str = "cohen",
         iss: IssSettings | None = None,
+        sequential: SequentialSettings | None = None,
     ) -> tuple[int, float]:
         """CERTIFY: ``(class, radius)``, or ``(ABSTAIN, 0.0)``; correct with probability >= 1 - alpha.
 
         With ``sampling="iss"`` pass ``n0=None`` (the pilot ``iss.k0`` selects the class); ``n`` is then the
-        largest budget.
+        largest budget. With ``sampling="sequential"`` (``sequential=SequentialSettings(radii=...)``, default
+        the report's grid) the draws stop once the radius bucket is decided; ``n`` is the cap.
         """
-        spec = self._spec(n0=n0, n=n, alpha=alpha, batch_size=batch_size, sampling=sampling, iss=iss)
+        spec = self._spec(
+            n0=n0, n=n, alpha=alpha, batch_size=batch_size, sampling=sampling, iss=iss, sequential=sequential
+        )
         xs, indices = self._prepare(x, index)
         result = certify_batch(self._classifier, xs, indices, spec, num_classes=self.num_classes)
         return int(result.predict[0]), float(result.radius[0])

@@ -4,7 +4,7 @@
 report's protocol check all build, store and compare this object (``as_dict``/``protocol``), with one
 spelling per key. Keys, as users type them: ``sigma n0 n alpha seed batch_size split noise_block mode
 precision channels_last compile sampling norm iss.decline iss.max_decline iss.k0 iss.granularity
-iss.reuse_pilot``.
+iss.reuse_pilot sequential.radii sequential.first_look sequential.growth``.
 """
 
 from __future__ import annotations
@@ -22,19 +22,22 @@ from .stats import NORMS
 
 MODES = ("certify", "predict")
 PRECISIONS = ("32", "bf16", "16")
-SAMPLINGS = ("cohen", "iss")
+SAMPLINGS = ("cohen", "iss", "sequential")
 DECLINES = ("ad", "rd")
 SPLITS = ("train", "test")
 DEFAULT_N0 = 100
 
 PROTOCOL_KEYS = (
-    "mode", "n0", "n", "alpha", "seed", "split", "noise_block", "precision", "sampling", "iss", "norm",
+    "mode", "n0", "n", "alpha", "seed", "split", "noise_block", "precision", "sampling", "iss", "sequential",
+    "norm",
 )  # fmt: skip
 """The settings two runs must share for their rows to be comparable (with the inputs and σ). ``batch_size``,
 ``channels_last`` and ``compile`` change only the floating-point rounding inside the network (as the batch
 size does), not the statistics, so they are recorded but not compared."""
 
-LEGACY_DEFAULTS = {"mode": "certify", "precision": "32", "sampling": "cohen", "iss": None, "norm": "l2"}
+LEGACY_DEFAULTS = {
+    "mode": "certify", "precision": "32", "sampling": "cohen", "iss": None, "sequential": None, "norm": "l2",
+}  # fmt: skip
 """Values of keys that runs written before they existed had implicitly (every such run was an fp32
 CERTIFY with Cohen's sampling of L2 radii)."""
 
@@ -88,6 +91,24 @@ class IssSettings:
 
 
 @dataclass(frozen=True)
+class SequentialSettings:
+    """Sequential sampling aimed at a radius grid (:mod:`rs_lightning.smoothing.sequential`).
+
+    Args:
+        radii: the grid r_0 < r_1 < ... in the spec's norm; an input stops once its bucket on it is decided.
+            None: the report's grid for σ (0, 0.25, ... for L2; 0, 1/255, ... for L∞) up to the largest radius
+            certifiable at ``n`` (resolved when σ and the input size are known, and stored resolved).
+        first_look: estimation draws at the first look; None → n/100 rounded up to whole noise blocks.
+        growth: each look has ``growth`` times the draws of the previous one (rounded up to whole noise
+            blocks), up to the cap ``n``, which is the last look.
+    """
+
+    radii: tuple[float, ...] | None = None
+    first_look: int | None = None
+    growth: float = 1.5
+
+
+@dataclass(frozen=True)
 class CertificationSpec:
     """Every setting of a CERTIFY or PREDICT run (Cohen, Rosenfeld & Kolter, ICML 2019, Alg. 1).
 
@@ -114,6 +135,7 @@ class CertificationSpec:
     compile: bool = False
     sampling: str = "cohen"
     iss: IssSettings | None = field(default=None)
+    sequential: SequentialSettings | None = field(default=None)
     norm: str = "l2"
 
     def __post_init__(self) -> None:
@@ -140,6 +162,7 @@ class CertificationSpec:
         set_("compile", _flag("compile", self.compile))
         self._check_selection()
         self._check_iss()
+        self._check_sequential()
 
     def _check_selection(self) -> None:
         if self.mode == "predict" and self.n0 is not None:
@@ -155,8 +178,13 @@ class CertificationSpec:
         if self.mode == "certify" and self.sampling == "cohen":
             n0 = DEFAULT_N0 if self.n0 is None else self.n0
             object.__setattr__(self, "n0", _integer("n0", n0, 1))
-        if self.sampling == "cohen" and self.iss is not None:
+        if self.mode == "certify" and self.sampling == "sequential":
+            n0 = DEFAULT_N0 if self.n0 is None else self.n0
+            object.__setattr__(self, "n0", _integer("n0", n0, 1))
+        if self.sampling != "iss" and self.iss is not None:
             raise ConfigError("iss", self.iss, "unset unless sampling=iss")
+        if self.sampling != "sequential" and self.sequential is not None:
+            raise ConfigError("sequential", self.sequential, "unset unless sampling=sequential")
 
     def _check_iss(self) -> None:
         if self.sampling != "iss":
@@ -191,6 +219,31 @@ class CertificationSpec:
         )
         object.__setattr__(self, "iss", resolved)
 
+    def _check_sequential(self) -> None:
+        if self.sampling != "sequential":
+            return
+        seq = self.sequential if self.sequential is not None else SequentialSettings()
+        if isinstance(seq, Mapping):
+            unknown = set(seq) - {f.name for f in dataclasses.fields(SequentialSettings)}
+            if unknown:
+                raise ConfigError("sequential", sorted(unknown), "keys of radii, first_look, growth")
+            seq = SequentialSettings(**seq)
+        radii = None if seq.radii is None else _radius_grid("sequential.radii", seq.radii)
+        block = self.noise_block
+        first = (
+            min(self.n, -(-max(1, self.n // 100) // block) * block)
+            if seq.first_look is None
+            else seq.first_look
+        )
+        if isinstance(first, bool) or not isinstance(first, numbers.Integral) or not 1 <= first <= self.n:
+            raise ConfigError(
+                "sequential.first_look", seq.first_look, f"an integer in [1, n] = [1, {self.n}]"
+            )
+        growth = _finite("sequential.growth", seq.growth, "> 1")
+        if growth <= 1:
+            raise ConfigError("sequential.growth", seq.growth, "a finite number > 1")
+        object.__setattr__(self, "sequential", SequentialSettings(radii, int(first), growth))
+
     # ----------------------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, values: Mapping, prefix: str = "") -> CertificationSpec:
@@ -198,10 +251,12 @@ class CertificationSpec:
         ignored. ``prefix`` is put before every key in error messages (``callbacks.certification.``)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: values[k] for k in names if k in values}
-        if kwargs.get("iss") is not None:
-            kwargs["iss"] = dict(kwargs["iss"])
-        if str(kwargs.get("sampling", "cohen")).lower() == "cohen":
-            kwargs.pop("iss", None)
+        sampling = str(kwargs.get("sampling", "cohen")).lower()
+        for key in ("iss", "sequential"):  # a config node lists both: only the sampler's own is read
+            if kwargs.get(key) is not None:
+                kwargs[key] = dict(kwargs[key])
+            if sampling != key:
+                kwargs.pop(key, None)
         try:
             return cls(**kwargs)
         except ConfigError as err:
@@ -228,6 +283,16 @@ class CertificationSpec:
         return protocol_of(self.as_dict())
 
     @property
+    def bound_alpha(self) -> float:
+        """The level of each row's Clopper–Pearson bound: ``alpha``, or for ``sampling=sequential`` alpha
+        split evenly over its looks (:func:`~rs_lightning.smoothing.sequential.look_schedule`)."""
+        if self.sampling != "sequential":
+            return self.alpha
+        from .sequential import look_schedule
+
+        return self.alpha / len(look_schedule(self))
+
+    @property
     def selection_draws(self) -> int:
         """Draws spent before estimation per input: n0 (Cohen) or the ISS pilot k0 (0 for PREDICT)."""
         if self.sampling == "iss":
@@ -248,7 +313,21 @@ class CertificationSpec:
             iss = self.iss
             reuse = ", reuse_pilot" if iss.reuse_pilot else ""
             parts.append(f"sampling=iss({iss.decline} {iss.max_decline:g}, k0={iss.k0}{reuse})")
+        if self.sampling == "sequential":
+            seq = self.sequential
+            grid = "report grid" if seq.radii is None else f"{len(seq.radii)} radii up to {seq.radii[-1]:g}"
+            parts.append(f"sampling=sequential({grid}, first look {seq.first_look}, x{seq.growth:g})")
         return "  ".join(parts)
+
+
+def _radius_grid(key: str, values) -> tuple[float, ...]:
+    """A non-empty, strictly increasing tuple of finite radii >= 0."""
+    if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+        raise ConfigError(key, values, "a list of radii, e.g. [0, 0.25, 0.5]")
+    radii = tuple(_finite(key, v, ">= 0") for v in values)
+    if not radii or min(radii) < 0 or any(b <= a for a, b in zip(radii, radii[1:], strict=False)):
+        raise ConfigError(key, list(values), "a non-empty list of radii >= 0 in increasing order")
+    return radii
 
 
 def protocol_of(settings: Mapping) -> dict:

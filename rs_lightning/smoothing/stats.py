@@ -23,6 +23,15 @@ def clopper_pearson_lower(k, n, alpha: float):
     return np.where(k <= 0, 0.0, bound)
 
 
+def clopper_pearson_upper(k, n, alpha: float):
+    """One-sided (1 - alpha) Clopper–Pearson upper bound ``BetaInv(1 - alpha; k + 1, n - k)``; 1 at k = n."""
+    k = np.asarray(k, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bound = beta.ppf(1 - alpha, k + 1, np.maximum(n - k, 1e-300))
+    return np.where(k >= n, 1.0, bound)
+
+
 def clopper_pearson_interval(k, n, alpha: float):
     """Two-sided (1 - alpha) Clopper–Pearson interval ``(low, high)``, alpha/2 in each tail."""
     k = np.asarray(k, dtype=np.float64)
@@ -73,6 +82,21 @@ def max_certifiable_radius(
     With nA = n the Clopper–Pearson bound is exactly alpha^(1/n) (3.811·sigma for n = 1e5, alpha = 1e-3).
     """
     return float(radius_scale(sigma, norm, dim) * norm_dist.ppf(alpha ** (1.0 / n)))
+
+
+DEFAULT_RADIUS_STEPS = {"l2": 0.25, "linf": 1 / 255}
+"""Certified-accuracy grid spacing per norm when none is given: 0.25 (L2, as Cohen et al.) and one 8-bit
+grey level 1/255 (L∞, as ARS reports)."""
+
+
+def radius_grid(
+    sigma: float, n: int, alpha: float, step: float | None = None, norm: str = "l2", dim: int | None = None
+) -> np.ndarray:
+    """Radii 0, step, 2·step, ... up to the largest radius certifiable with ``n`` samples at level ``alpha``
+    in ``norm`` (L∞ needs the input dimension ``dim``); ``step`` None = :data:`DEFAULT_RADIUS_STEPS`."""
+    top = max_certifiable_radius(sigma, n, alpha, norm, dim)
+    step = DEFAULT_RADIUS_STEPS[norm] if step is None else step
+    return np.round(np.arange(0.0, top + 1e-9, step), 6)
 
 
 def top_two_pvalue(n_top: int, n_second: int) -> float:

@@ -217,3 +217,63 @@ def test_train_cli_reports_bad_callback_values_in_one_line(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: callbacks.certification.precision='fp8'")
+
+
+# ---------------------------------------------------------------- sampling=sequential (issue 23)
+
+SEQUENTIAL = ["n=5000", "skip=9", "sampling=sequential", "batch_size=500"]
+
+
+def test_sequential_run_records_its_grid_resumes_and_refuses_another(trained_digits, tmp_path):
+    """settings.json holds the resolved grid; a killed run (torn last row) resumes to the rows of an
+    uninterrupted run; a resume with another grid, and rows whose n is not a look, are refused."""
+    ckpt = trained_digits["checkpoint"]
+    summary = certify(certify_config(tmp_path / "a", ckpt, SEQUENTIAL))
+    settings = json.loads((tmp_path / "a" / "settings.json").read_text())
+    assert settings["sampling"] == "sequential" and settings["n0"] == 100
+    assert settings["sequential"] == {"radii": [0.0, 0.25, 0.5], "first_look": 256, "growth": 1.5}
+    rows = read_results(tmp_path / "a" / "certify.tsv")
+    assert summary["mean_n"] == pytest.approx(rows["n"].mean()) and rows["n"].mean() < 5000
+    assert set(np.unique(rows["n"])) <= {256, 512, 768, 1280, 2048, 3072, 5000}
+    # resume: a run killed mid-row, then rerun, equals the uninterrupted one (and a grid change is refused)
+    lines = (tmp_path / "a" / "certify.tsv").read_text().splitlines()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "certify.tsv").write_text("\n".join(lines[:15]) + "\n" + lines[15][:9])
+    certify(certify_config(tmp_path / "b", ckpt, SEQUENTIAL))
+    without = lambda p: [line.rsplit("\t", 8)[0].rsplit("\t", 1)[0] for line in p.read_text().splitlines()]  # noqa: E731
+    assert without(tmp_path / "b" / "certify.tsv") == without(tmp_path / "a" / "certify.tsv")
+    with pytest.raises(ConfigError, match=r"sequential: .* there, .* now"):
+        certify(certify_config(tmp_path / "a", ckpt, [*SEQUENTIAL, "sequential.radii=[0,0.25]"]))
+    (tmp_path / "b" / "settings.json").unlink()  # without settings: rows' n must be looks of this run
+    with pytest.raises(ConfigError, match=r"holds rows with n=.* this run has n=6000"):
+        certify(certify_config(tmp_path / "b", ckpt, [*SEQUENTIAL, "n=6000"]))
+
+
+def test_sequential_parts_equal_a_single_run_and_the_report_reads_it(trained_digits, tmp_path):
+    ckpt = trained_digits["checkpoint"]
+    certify(certify_config(tmp_path / "one", ckpt, SEQUENTIAL))
+    for part in ("0/2", "1/2"):
+        certify(certify_config(tmp_path / "parts", ckpt, [*SEQUENTIAL, f"shard={part}"]))
+    drop_time = lambda p: [  # noqa: E731
+        "\t".join(f for j, f in enumerate(line.split("\t")) if j != 5) for line in p.read_text().splitlines()
+    ]
+    assert drop_time(tmp_path / "parts" / "certify.tsv") == drop_time(tmp_path / "one" / "certify.tsv")
+    assert report_main([str(tmp_path / "one"), "--out", str(tmp_path / "r")]) == 0
+    assert "sequential (3 radii up to 0.5; mean n" in (tmp_path / "r" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["sequential.radii=[0,2]"], "sequential.radii=[0.0, 2.0] is invalid"),
+        (["sequential.radii=[0.5,0.25]"], "increasing order"),
+        (["sequential.growth=1"], "sequential.growth=1"),
+        (["sampling=cohen", "sequential.radii=[0,0.25]"], "sequential.radii=[0, 0.25] is invalid"),
+        (["sampling=cohen", "sequential.growth=2"], "left at its default unless sampling=sequential"),
+    ],
+)
+def test_bad_sequential_settings_are_refused_before_any_work(trained_digits, tmp_path, overrides, needle):
+    with pytest.raises(ConfigError) as err:
+        certify(certify_config(tmp_path, trained_digits["checkpoint"], [*SEQUENTIAL, *overrides]))
+    assert needle in str(err.value)
+    assert not (tmp_path / "certify.tsv").exists()
