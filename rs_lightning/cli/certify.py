@@ -51,6 +51,7 @@ from rs_lightning.models.checkpoint import load_classifier, training_method
 from rs_lightning.models.normalize import build_classifier
 from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_published
 from rs_lightning.smoothing import CertificationSpec, run_dataset
+from rs_lightning.smoothing.auto import AUTO, fastest, label, supported_precisions
 from rs_lightning.smoothing.engine import check_iss_decline, check_norm_supported
 from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
@@ -270,7 +271,34 @@ def spec_from_config(cfg: DictConfig) -> CertificationSpec:
     values = plain(cfg)
     if values.get("norm") is None:
         values.pop("norm", None)
+    for key, placeholder in (("precision", "32"), ("channels_last", False)):  # auto: chosen once loaded
+        if str(values.get(key)).lower() == AUTO:
+            values[key] = placeholder
     return CertificationSpec.from_dict(values)
+
+
+def resolve_auto(cfg: DictConfig, spec: CertificationSpec, model, x: torch.Tensor, out: Path, device,
+                 num_classes: int) -> tuple[CertificationSpec, dict | None]:  # fmt: skip
+    """``precision=auto`` / ``channels_last=auto``: the fastest candidate on this model and device
+    (:mod:`rs_lightning.smoothing.auto`, timed on input ``x``), recorded with its timings as
+    ``settings.json``'s ``auto``; a resume keeps the folder's choice instead of timing again."""
+    wanted = {key: str(cfg.get(key)).lower() == AUTO for key in ("precision", "channels_last")}
+    if not any(wanted.values()):
+        return spec, None
+    previous = read_json(out / "settings.json").get("auto") if (out / "settings.json").is_file() else None
+    if previous:
+        chosen = previous
+    else:
+        precisions = supported_precisions(device) if wanted["precision"] else [spec.precision]
+        layouts = [False, True] if wanted["channels_last"] else [spec.channels_last]
+        precision, channels_last, rates = fastest(
+            model, x.to(device), spec, precisions, layouts, num_classes=num_classes
+        )
+        chosen = {"precision": precision, "channels_last": channels_last, "samples_per_s": rates}
+        print(f"auto: {label(precision, channels_last)} is the fastest here (samples/s: {rates})")
+    return dataclasses.replace(
+        spec, precision=chosen["precision"], channels_last=chosen["channels_last"]
+    ), chosen
 
 
 def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model) -> CertificationSpec:
@@ -364,6 +392,11 @@ def certify(cfg: DictConfig) -> dict:
     if launcher is not None:
         die_with_launcher(launcher)
     if distributed:
+        for key in ("precision", "channels_last"):
+            if str(cfg.get(key)).lower() == AUTO:
+                raise ConfigError(
+                    key, AUTO, "chosen explicitly with trainer=", "auto times on one device only"
+                )
         if cfg.get("shard") is not None:
             raise ConfigError(
                 "shard", cfg.shard, "null with trainer=", "the ranks split the inputs themselves"
@@ -385,6 +418,8 @@ def certify(cfg: DictConfig) -> dict:
         pipeline_of(model).sigma = sigma  # the pipeline's accounting holds at any sigma
     dataset = datamodule.dataset(spec.split)
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
+    x_first = dataset[indices[0]][0]
+    spec, auto = resolve_auto(cfg, spec, model, x_first, out, device, int(meta["num_classes"]))
 
     settings = spec.as_dict() | {
         "train_sigma": None if meta["sigma"] is None else float(meta["sigma"]),
@@ -401,6 +436,7 @@ def certify(cfg: DictConfig) -> dict:
         "pipeline": meta.get("pipeline"),
         "checkpoint_format": meta.get("checkpoint_format"),
         "radius_step": None if cfg.radius_step is None else float(cfg.radius_step),
+        "auto": auto,
         "devices": device_names(
             trainer.strategy.root_device if distributed else device, trainer.world_size if distributed else 1
         ),

@@ -277,3 +277,51 @@ def test_bad_sequential_settings_are_refused_before_any_work(trained_digits, tmp
         certify(certify_config(tmp_path, trained_digits["checkpoint"], [*SEQUENTIAL, *overrides]))
     assert needle in str(err.value)
     assert not (tmp_path / "certify.tsv").exists()
+
+
+# ---------------------------------------------------------------- precision=auto (issue 23 item 3)
+
+
+def test_precision_auto_picks_the_fastest_records_it_and_a_resume_keeps_it(
+    trained_digits, tmp_path, monkeypatch
+):
+    """The choice is the candidate with the highest measured rate, recorded with every rate; the run is
+    then certified at it (its settings and rows are those of that precision); a resume does not time again,
+    even if the machine would now choose otherwise. Catches: a choice that is not the fastest, a run that
+    certifies at another precision than it records, and a resume that mixes precisions in one file."""
+    import rs_lightning.cli.certify as cli
+
+    ckpt = trained_digits["checkpoint"]
+    auto = ["n=400", "skip=30", "precision=auto", "channels_last=auto"]
+    summary = certify(certify_config(tmp_path / "auto", ckpt, auto))
+    record = summary["settings"]["auto"]
+    rates = record["samples_per_s"]
+    assert set(rates) == {"fp32", "fp32+cl", "bf16", "bf16+cl"}
+    best = max(rates, key=rates.get)
+    assert cli.label(record["precision"], record["channels_last"]) == best
+    assert (summary["settings"]["precision"], summary["settings"]["channels_last"]) == (
+        record["precision"], record["channels_last"],
+    )  # fmt: skip
+    explicit = [f"precision={record['precision']}", f"channels_last={str(record['channels_last']).lower()}"]
+    certify(certify_config(tmp_path / "explicit", ckpt, [*auto[:2], *explicit]))
+    assert without_time_rows(tmp_path / "auto") == without_time_rows(tmp_path / "explicit")
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a resume timed the candidates again")
+
+    monkeypatch.setattr(cli, "fastest", no_timing)
+    rows = (tmp_path / "auto" / "certify.tsv").read_text().splitlines()
+    (tmp_path / "auto" / "certify.tsv").write_text("\n".join(rows[:5]) + "\n")  # killed after 4 rows
+    certify(certify_config(tmp_path / "auto", ckpt, auto))
+    assert without_time_rows(tmp_path / "auto") == without_time_rows(tmp_path / "explicit")
+    with pytest.raises(
+        ConfigError, match=r"^precision='auto' is invalid: precision must be chosen explicitly"
+    ):
+        certify(certify_config(tmp_path / "ddp", ckpt, [*auto, "trainer=ddp_sim"]))
+
+
+def without_time_rows(folder) -> list[str]:
+    return [
+        "\t".join(f for j, f in enumerate(line.split("\t")) if j != 5)
+        for line in (folder / "certify.tsv").read_text().splitlines()
+    ]
