@@ -31,6 +31,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+	$(PY) -m bench.run --competing-job --out bench/results/certify_throughput_competing.json
 	$(PY) -m bench.methods
 	$(PY) -m bench.certify_scaling
 	$(PY) -m bench.ars

@@ -19,9 +19,12 @@ processes perturbs all of them alike. Reported per setting: median samples/s and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
 import pstats
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -241,7 +244,32 @@ def main(argv: list[str] | None = None) -> dict:
         "--device", default="cpu", help="cpu (default) or cuda[:i]; bench.gpu is the GPU check"
     )
     parser.add_argument("--profile", action="store_true", help="profile the engine (always if below target)")
+    parser.add_argument(
+        "--competing-job", action="store_true",
+        help="measure beside a competing process (one thread of fp32 matrix products): a shared machine",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    with competing_job() if args.competing_job else contextlib.nullcontext():
+        return _main(args, parser)
+
+
+@contextlib.contextmanager
+def competing_job():
+    """A background process on one thread doing fp32 matrix products for as long as the block runs: another
+    job on the machine (a training run, a second certification), whose presence changes which precision is
+    fastest (bf16 kernels lose several times their speed beside one; fp32 barely moves)."""
+    loop = "import torch\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\n"
+    loop += "while True:\n    a = (a @ a).tanh()"
+    job = subprocess.Popen([sys.executable, "-c", loop])
+    try:
+        time.sleep(1.0)
+        yield
+    finally:
+        job.kill()
+        job.wait()
+
+
+def _main(args, parser) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -260,6 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     started = time.perf_counter()
     machine = machine_info(device)  # before measuring: its load average is other processes' load
+    machine["competing_job"] = bool(args.competing_job)
     results, gains = [], []
     for case in args.cases:
         for batch_size in batch_sizes:
