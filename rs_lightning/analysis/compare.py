@@ -25,8 +25,9 @@ from .budget import class_shares
 from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf
 from .results import ResultFileError, in_subset, read_results, settings_mismatch
 
-PROTOCOL_KEYS = ("subset", *SPEC_PROTOCOL_KEYS)
-"""The inputs (idx set) and the certification spec's protocol keys (rs_lightning.smoothing.spec)."""
+PROTOCOL_KEYS = ("subset", "dataset", "inputs_sha256", *SPEC_PROTOCOL_KEYS)
+"""The inputs (idx set, the dataset — its name and file hash where recorded — and the hash of the certified
+inputs themselves) and the certification spec's protocol keys (rs_lightning.smoothing.spec)."""
 ECDF_POINTS = (0.5, 0.9, 0.99, 0.999, 1.0)
 _TOL = 1e-12
 
@@ -165,7 +166,18 @@ class Run:
         protocol keys (n and n0 fall back to the TSV's columns for old Cohen files)."""
         out = {"subset": frozenset(int(i) for i in self.rows["idx"])} | protocol_of(self.settings)
         out["n"], out["n0"], out["alpha"] = self.n, self.n0, self.alpha
+        data = self.settings.get("data")
+        out["dataset"] = (
+            None if not isinstance(data, dict) else f"{data.get('name')} {data.get('sha256') or ''}"
+        )
+        out["inputs_sha256"] = self.settings.get("inputs_sha256")
         return out
+
+    @property
+    def train_seed(self) -> int | None:
+        """The training seed of the certified checkpoint, if recorded."""
+        seed = self.settings.get("train_seed")
+        return None if seed is None else int(seed)
 
     def budget_gaps(self) -> list[str]:
         """What the budget conversion needs and this run lacks (empty: it applies)."""

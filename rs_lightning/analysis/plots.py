@@ -29,15 +29,24 @@ NORM_LABELS = {"l2": "L2", "linf": "L∞"}
 
 
 def certified_accuracy_figure(
-    runs: Mapping[str, tuple[np.ndarray, np.ndarray]], max_radius: float | None = None, norm: str = "l2"
+    runs: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    max_radius: float | None = None,
+    norm: str = "l2",
+    bands: Mapping[str, float] | None = None,
 ):
-    """Certified accuracy vs radius in ``norm``; ``runs`` maps a label to ``(radius, correct)`` arrays."""
+    """Certified accuracy vs radius in ``norm``; ``runs`` maps a label to ``(radius, correct)`` arrays;
+    ``bands`` maps a label to the half-width of its simultaneous band (the DKW ε of
+    :func:`~rs_lightning.analysis.uncertainty.certified_accuracy_bands`), shaded around its curve."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
     floor = 0.25 if norm == "l2" else 1 / 255
     top = max_radius or max([float(np.max(r, initial=0.0)) for r, _ in runs.values()] + [floor]) * 1.05
     grid = np.linspace(0.0, top, 400)
     for label, (radius, correct) in runs.items():
-        ax.plot(grid, certified_accuracy(radius, correct, grid), label=label)
+        curve = certified_accuracy(radius, correct, grid)
+        (line,) = ax.plot(grid, curve, label=label)
+        if bands and label in bands:
+            low, high = np.clip(curve - bands[label], 0, 1), np.clip(curve + bands[label], 0, 1)
+            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
     ax.set(
         xlabel=f"radius ({NORM_LABELS[norm]}, [0,1] pixel units)",
         ylabel="certified accuracy",
@@ -50,11 +59,16 @@ def certified_accuracy_figure(
     return fig
 
 
-def pa_ecdf_figure(runs: Mapping[str, np.ndarray], grid=ECDF_GRID):
-    """The pA ECDF y(x) = share of inputs with p̂A >= x (Sun et al. 2025); ``runs`` maps label -> p̂A."""
+def pa_ecdf_figure(runs: Mapping[str, np.ndarray], grid=ECDF_GRID, bands: Mapping | None = None):
+    """The pA ECDF y(x) = share of inputs with p̂A >= x (Sun et al. 2025); ``runs`` maps label -> p̂A;
+    ``bands`` maps a label to its :class:`~rs_lightning.analysis.uncertainty.Band` (shaded)."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for label, pa in runs.items():
-        ax.step(grid, pa_ecdf(pa, grid), where="post", label=label)
+        (line,) = ax.step(grid, pa_ecdf(pa, grid), where="post", label=label)
+        band = (bands or {}).get(label)
+        if band is not None:
+            ax.fill_between(band.x, band.lower, band.upper, step="post", color=line.get_color(), alpha=0.18,
+                            linewidth=0)  # fmt: skip
     ax.set(
         xlabel="$p_A$ (accuracy under noise)",
         ylabel="share of inputs with $\\hat p_A \\geq x$",

@@ -8,7 +8,8 @@ several radii. A run estimates them from M test inputs and n draws per input, so
   curve, the Dvoretzky–Kiefer–Wolfowitz inequality with Massart's constant, *Ann. Probab.* 1990:
   P(sup_x |F_M − F| > ε) ≤ 2·exp(−2Mε²));
 - **the Monte-Carlo error of each p̂_A**: per input, a two-sided Clopper–Pearson interval [L_i, U_i] for p_A at
-  level γ = 1/M (for sequential rows at γ/K, valid at their stop by the union bound over the K looks). The
+  level γ = 0.2/M (for sequential rows at γ/K, valid at their stop by the union bound over the K looks; 0.2
+  expected misses per run: fewer allowed misses cost less than the slightly wider intervals). The
   intervals are independent across inputs, so the number that miss is at most k = the (1 − β/2) quantile of
   Binomial(M, γ) with probability ≥ 1 − β/2; wherever at most k miss, the share of inputs with p_A ≥ x lies
   between the share with L_i ≥ x minus k/M and the share with U_i ≥ x plus k/M, for every x at once.
@@ -49,6 +50,9 @@ from .metrics import ECDF_GRID
 
 DEFAULT_BETA = 0.05
 RESAMPLES = 2000
+EXPECTED_MISSES = 0.2
+"""γ·M: the per-input interval level γ is this over the number of inputs M (a fixed rule, chosen before
+seeing data; any fixed γ keeps the band valid)."""
 
 
 def check_beta(value) -> float:
@@ -146,9 +150,9 @@ def _survival(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
 
 def pa_curve_band(counts: Counts, beta: float = DEFAULT_BETA, grid=ECDF_GRID) -> Band:
     """Simultaneous (1 − beta) band of the population curve y(x) = P(p_A >= x) over ``grid`` (module
-    docstring: Clopper–Pearson per input at γ = 1/M with k allowed misses, plus DKW, β/2 each)."""
+    docstring: Clopper–Pearson per input at γ = 0.2/M with k allowed misses, plus DKW, β/2 each)."""
     beta, m, grid = check_beta(beta), counts.size, np.asarray(grid, dtype=float)
-    gamma = 1.0 / m
+    gamma = EXPECTED_MISSES / m
     lo, hi = input_intervals(counts, gamma)
     k = allowed_misses(m, gamma, beta / 2)
     eps = dkw_epsilon(m, beta / 2)
@@ -244,7 +248,7 @@ def paired_pa_curves(
     beta, grid = check_beta(beta), np.asarray(grid, dtype=float)
     _check_paired(a, b)
     m = a.size
-    gamma = 1.0 / m
+    gamma = EXPECTED_MISSES / m
     (lo_a, hi_a), (lo_b, hi_b) = input_intervals(a, gamma), input_intervals(b, gamma)
     k = allowed_misses(m, gamma, beta / 4) * 2
     d_lo = _survival(lo_a, grid) - _survival(hi_b, grid)

@@ -21,13 +21,14 @@ from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from rs_lightning.analysis.metrics import ECDF_GRID, pa_true_label, radius_grid
 from rs_lightning.analysis.plots import pa_ecdf_figure, save_figure
 from rs_lightning.analysis.results import certify_rows
+from rs_lightning.analysis.uncertainty import DEFAULT_BETA, Band, Counts, check_beta, pa_curve_band
 from rs_lightning.data.subset import evenly_spaced
 from rs_lightning.metrics import AverageCertifiedRadius, CertifiedAccuracy, PAEcdf, PAEstimates
 from rs_lightning.smoothing import CertificationSpec, certify_dataset
 from rs_lightning.smoothing.engine import check_norm_supported
 from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
-from rs_lightning.smoothing.sequential import resolve_grid
+from rs_lightning.smoothing.sequential import look_schedule, resolve_grid
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 PREFIX = "callbacks.certification."
@@ -55,6 +56,8 @@ class CertificationCallback(pl.Callback):
         sampling, sequential: ``cohen`` (n draws per input) or ``sequential`` (draws stop once the input's
             radius bucket is decided; ``sequential`` holds ``radii``, ``first_look``, ``growth``), as in
             ``certify.py``.
+        beta: error probability of the logged simultaneous band of the p_A curve (``val/pa_band_halfwidth``,
+            shaded in the ``val/pa_ecdf`` figure).
     """
 
     def __init__(
@@ -74,8 +77,13 @@ class CertificationCallback(pl.Callback):
         compile: bool = False,
         sampling: str = "cohen",
         sequential: dict | None = None,
+        beta: float = DEFAULT_BETA,
     ) -> None:
         require_at_least(PREFIX + "every_n_epochs", every_n_epochs, 1)
+        try:
+            self.beta = check_beta(beta)
+        except ConfigError as err:
+            raise ConfigError(PREFIX + "beta", beta, err.allowed) from None
         require_at_least(PREFIX + "num_inputs", num_inputs, 1)
         if radius_step is not None:
             require_positive(PREFIX + "radius_step", radius_step)
@@ -156,6 +164,7 @@ class CertificationCallback(pl.Callback):
         for metric in metrics.values():
             metric.to(device)
         abstained = 0
+        columns: list[dict] = []  # this rank's rows, for the p_A band
         was_training = pl_module.training
         for result, labels, seconds in certify_dataset(
             model,
@@ -167,6 +176,7 @@ class CertificationCallback(pl.Callback):
         ):
             rows = certify_rows(result, labels, seconds)
             column = {key: np.array([row[key] for row in rows]) for key in rows[0]}
+            columns.append(column)
             pa = pa_true_label(column["pA_hat"], column["correct"])
             abstained += int((column["predict"] < 0).sum())
             for metric in metrics.values():
@@ -186,20 +196,35 @@ class CertificationCallback(pl.Callback):
         for key, value in values.items():
             pl_module.log(key, value.float(), sync_dist=False, rank_zero_only=False)
         ecdf = torch.atleast_1d(metrics["ecdf"].compute()).cpu().numpy()
+        band = self._band(columns, spec)
+        half_width = torch.tensor(band.max_half_width, device=device)
+        pl_module.log("val/pa_band_halfwidth", half_width, sync_dist=False, rank_zero_only=False)
         self.last = {
             "epoch": trainer.current_epoch,
             "indices": indices,
             "metrics": {k: float(v) for k, v in values.items()},
             "pa_ecdf": {"x": ECDF_GRID.tolist(), "y": ecdf.tolist()},
             "pa": pa.cpu().numpy(),
+            "pa_band": band,
         }
         if trainer.is_global_zero:
-            self._log_figure(trainer, pa.cpu().numpy())
+            self._log_figure(trainer, pa.cpu().numpy(), band)
 
-    def _log_figure(self, trainer: pl.Trainer, pa: np.ndarray) -> None:
+    def _band(self, columns: list[dict], spec: CertificationSpec) -> Band:
+        """The simultaneous (1 − beta) band of the p_A curve from every rank's rows
+        (:func:`~rs_lightning.analysis.uncertainty.pa_curve_band`)."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered: list = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, columns)
+            columns = [c for part in gathered for c in part]
+        rows = {key: np.concatenate([c[key] for c in columns]) for key in columns[0]}
+        looks = len(look_schedule(spec)) if spec.sampling == "sequential" else 1
+        return pa_curve_band(Counts.from_rows(rows, looks=looks), self.beta)
+
+    def _log_figure(self, trainer: pl.Trainer, pa: np.ndarray, band: Band) -> None:
         label = f"epoch {trainer.current_epoch}, n={self.spec.n}"
         for logger in trainer.loggers:
-            fig = pa_ecdf_figure({label: pa})
+            fig = pa_ecdf_figure({label: pa}, bands={label: band})
             if isinstance(logger, WandbLogger):
                 import wandb
 

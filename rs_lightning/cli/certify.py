@@ -88,6 +88,17 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def inputs_digest(dataset, indices) -> str:
+    """SHA-256 of the certified inputs (each image's float32 bytes and its label, in idx order): two runs
+    compare the same test inputs only if this agrees, whatever the dataset's name or path."""
+    digest = hashlib.sha256()
+    for i in indices:
+        x, y = dataset[i]
+        digest.update(np.ascontiguousarray(torch.as_tensor(x, dtype=torch.float32).numpy()).tobytes())
+        digest.update(int(y).to_bytes(8, "little", signed=True))
+    return digest.hexdigest()
+
+
 def resolve_sigma(cfg: DictConfig, train_sigma: float) -> float:
     """The checkpoint's sigma, unless ``sigma=`` is given together with ``override_sigma=true``."""
     if cfg.sigma is None or float(cfg.sigma) == float(train_sigma):
@@ -419,6 +430,7 @@ def certify(cfg: DictConfig) -> dict:
     dataset = datamodule.dataset(spec.split)
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
     x_first = dataset[indices[0]][0]
+    inputs_sha256 = inputs_digest(dataset, indices)
     spec, auto = resolve_auto(cfg, spec, model, x_first, out, device, int(meta["num_classes"]))
 
     settings = spec.as_dict() | {
@@ -431,6 +443,8 @@ def certify(cfg: DictConfig) -> dict:
         "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),
         "model": meta["model"],
         "method": training_method(meta),
+        "train_seed": meta.get("seed"),
+        "inputs_sha256": inputs_sha256,
         "data": datamodule.describe(),
         "dim": math.prod(datamodule.input_shape),
         "pipeline": meta.get("pipeline"),

@@ -38,6 +38,13 @@ def test_callback_numbers_equal_certify_numbers(trained_digits, tmp_path):
     for radius, accuracy in summary["certified_accuracy"].items():
         assert logged[f"val/certified_accuracy@{float(radius):g}"] == pytest.approx(accuracy, abs=1e-6)
     assert logged["val/abstain_rate"] == pytest.approx(summary["abstain_rate"], abs=1e-6)
+    # the band the callback logs is the one the report computes from certify.py's rows (issue 24)
+    from rs_lightning.analysis.compare import load_run
+    from rs_lightning.analysis.uncertainty import Counts, pa_curve_band
+
+    band = pa_curve_band(Counts.from_rows(load_run(tmp_path).rows), 0.05)
+    assert logged["val/pa_band_halfwidth"] == pytest.approx(band.max_half_width, abs=1e-6)
+    assert (band.lower <= band.point + 1e-12).all() and (band.point <= band.upper + 1e-12).all()
 
 
 def test_certify_outputs_and_demo_accuracy_far_above_chance(trained_digits, tmp_path):

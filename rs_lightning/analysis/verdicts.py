@@ -1,0 +1,180 @@
+"""Resolved verdicts between the runs of one report: entries, seeds and the family's error rate.
+
+An *entry* is one recipe at one σ: a single run, or several runs of the same method and σ whose checkpoints
+were trained with different seeds (``train_seed`` in settings.json). Two entries at the same σ are compared
+on their p_A curves and on certified accuracy over the radius grid with the paired procedures of
+:mod:`.uncertainty`, once for every pairing of their seeds; a side counts as resolved above at a point only
+if it is in **every** pairing, so a verdict survives the spread between training seeds, and with one seed each
+the verdict says it covers only the resampling of test inputs (retraining the same recipe moved MACER's ACR on
+MNIST by about the published seed spread, docs/results.md). The family of all comparisons in one report is
+corrected by Bonferroni: each pairing runs at β / (pairs × pairings), so every verdict of the report holds
+together with probability ≥ 1 − β.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import product
+
+import numpy as np
+
+from rs_lightning.smoothing.spec import CertificationSpec
+
+from .compare import Run, sigma_groups
+from .metrics import ECDF_GRID
+from .uncertainty import (
+    DEFAULT_BETA,
+    RESAMPLES,
+    Counts,
+    acr_ci,
+    certified_accuracy_bands,
+    check_beta,
+    pa_curve_band,
+    paired_acr_ci,
+    paired_certified_accuracy,
+    paired_pa_curves,
+)
+
+WIDE = 0.1
+"""A p_A band whose half-width exceeds this gets a warning naming its width (too few inputs)."""
+
+
+def counts_of(run: Run) -> Counts | None:
+    """The run's rows for the bands (None without nA/n); sequential rows know their number of looks."""
+    if not run.has_counts:
+        return None
+    looks = 1
+    if run.settings.get("sampling") == "sequential":
+        from rs_lightning.smoothing.sequential import look_schedule
+
+        looks = len(look_schedule(CertificationSpec.from_dict(run.settings)))
+    return Counts.from_rows(run.rows, looks=looks)
+
+
+def entries(runs: Sequence[Run]) -> list[list[Run]]:
+    """Runs grouped into entries: same method and σ with distinct recorded training seeds form one entry;
+    every other run is its own."""
+    groups: dict[tuple, list[Run]] = {}
+    for run in runs:
+        key = (run.method or run.name, run.sigma) if run.train_seed is not None else ("run", id(run))
+        groups.setdefault(key, []).append(run)
+    out = []
+    for group in groups.values():
+        seeds = [r.train_seed for r in group]
+        out += [group] if len(set(seeds)) == len(seeds) else [[r] for r in group]
+    return out
+
+
+def entry_label(entry: list[Run]) -> str:
+    if len(entry) == 1:
+        return entry[0].label
+    base = entry[0].label.split(" (")[0]
+    return f"{base} ({len(entry)} seeds: {', '.join(str(r.train_seed) for r in entry)})"
+
+
+def run_uncertainty(run: Run, radii, beta: float = DEFAULT_BETA) -> dict:
+    """One run's bands: its p_A curve band, certified-accuracy bands at ``radii`` and ACR CI."""
+    counts = counts_of(run)
+    out: dict = {"label": run.label, "inputs": run.num_inputs}
+    base = counts if counts is not None else _radius_counts(run)
+    out["acr_ci"] = acr_ci(base, beta, run.label)
+    out["ca_pointwise"], out["ca_simultaneous"] = certified_accuracy_bands(base, radii, beta)
+    out["pa_band"] = None if counts is None else pa_curve_band(counts, beta)
+    if out["pa_band"] is not None and out["pa_band"].max_half_width > WIDE:
+        out["warning"] = (
+            f"{run.label}: {run.num_inputs} inputs give a p_A band of ±{out['pa_band'].max_half_width:.3f} "
+            f"at its widest (β = {beta:g}); certify more inputs to resolve differences below that"
+        )
+    return out
+
+
+def _intersect(lists: list[list[float]]) -> list[float]:
+    common = set(lists[0])
+    for values in lists[1:]:
+        common &= set(values)
+    return sorted(common)
+
+
+def _combine(results: list[dict]) -> dict:
+    """One verdict from every seed pairing's: a side is above at x only where it is in all of them."""
+    a_above = _intersect([r["a_above_at"] for r in results])
+    b_above = _intersect([r["b_above_at"] for r in results])
+    kind = {(True, True): "cross", (True, False): "A>=B", (False, True): "B>=A", (False, False): "unresolved"}
+    return {"verdict": kind[(bool(a_above), bool(b_above))], "a_above_at": a_above, "b_above_at": b_above}
+
+
+def compare_entries(
+    runs: Sequence[Run], radii, beta: float = DEFAULT_BETA, resamples: int = RESAMPLES, grid=ECDF_GRID
+) -> list[dict]:
+    """Every pair of entries at the same σ: resolved verdicts on the p_A curves and on certified accuracy at
+    ``radii``, paired ACR and certified-accuracy difference CIs (the union over seed pairings), each at the
+    family's Bonferroni level. Raises ConfigError for β outside (0, 1)."""
+    beta = check_beta(beta)
+    grouped = [(s, entries(group)) for s, group in sigma_groups(list(runs)).items()]
+    pairs = [(s, a, b) for s, es in grouped for i, a in enumerate(es) for b in es[i + 1 :]]
+    out = []
+    for sigma, entry_a, entry_b in pairs:
+        pairings = list(product(entry_a, entry_b))
+        if any(set(a.rows["idx"].tolist()) != set(b.rows["idx"].tolist()) for a, b in pairings):
+            # only with --allow-mismatch: no paired verdict on different inputs
+            out.append({"sigma": sigma, "a": entry_label(entry_a), "b": entry_label(entry_b),
+                        "skipped": "certified on different inputs"})  # fmt: skip
+            continue
+        level = beta / (len(pairs) * len(pairings))
+        curves, accuracy, acr = [], [], []
+        for a, b in pairings:
+            names = (str(a.path), str(b.path))
+            ca, cb = counts_of(a), counts_of(b)
+            if ca is not None and cb is not None:
+                curves.append(paired_pa_curves(ca, cb, level, grid, names=names, resamples=resamples))
+            base_a, base_b = _radius_counts(a), _radius_counts(b)
+            accuracy.append(paired_certified_accuracy(base_a, base_b, radii, level, names=names,
+                                                      resamples=resamples))  # fmt: skip
+            acr.append(paired_acr_ci(base_a, base_b, level, names=names))
+        seeds = min(len(entry_a), len(entry_b))
+        out.append(
+            {
+                "sigma": sigma,
+                "a": entry_label(entry_a),
+                "b": entry_label(entry_b),
+                "level": level,
+                "seeds": seeds,
+                "covers": "training seeds and test inputs" if seeds > 1 else "test inputs only (one seed)",
+                "pa": _combine(curves) if curves else None,
+                "certified_accuracy": _combine(accuracy),
+                "acr_a": float(np.mean([r.acr for r in entry_a])),
+                "acr_b": float(np.mean([r.acr for r in entry_b])),
+                "acr_difference_ci": (min(c[0] for c in acr), max(c[1] for c in acr)),
+                "ca_difference_ci": [
+                    (
+                        float(min(r["pointwise"].lower[j] for r in accuracy)),
+                        float(max(r["pointwise"].upper[j] for r in accuracy)),
+                    )
+                    for j in range(len(radii))
+                ],  # fmt: skip
+            }
+        )
+    return out
+
+
+def _radius_counts(run: Run) -> Counts:
+    """The run's rows for certified accuracy and ACR (nA/n zero-filled for old Cohen TSVs without them)."""
+    zeros = np.zeros(run.rows["idx"].shape, dtype=int)
+    return Counts.from_rows({"nA": zeros, "n": zeros} | run.rows)
+
+
+def describe(result: dict | None, what: str) -> str:
+    """One line: the verdict and where each side is resolved above (ranges of the grid)."""
+    if result is None:
+        return f"{what}: not computed (no nA/n)"
+
+    def spans(xs):
+        if not xs:
+            return "nowhere"
+        return f"{len(xs)} points in [{min(xs):g}, {max(xs):g}]"
+
+    words = {"A>=B": "A ≥ B", "B>=A": "B ≥ A", "cross": "they cross", "unresolved": "unresolved"}
+    return (
+        f"{what}: {words[result['verdict']]} (A above at {spans(result['a_above_at'])}; "
+        f"B above at {spans(result['b_above_at'])})"
+    )
