@@ -49,10 +49,8 @@ train_and_certify() { train "$1"; certify "$1"; }
 report() {
   mkdir -p "$REPORTS"
   $PY -m rs_lightning.cli.report "$OUT"/*/certify --out "$REPORTS" --overwrite --budgets 100 1000 10000 50000
-  $PY scripts/acr_difference_ci.py "$OUT/ars/certify" "$OUT/ars_vanilla/certify" "$OUT/ars_static/certify" \
-    --radius 0 0.001 0.002 0.0039216 0.0078431 0.0117647 > "$REPORTS/paired_differences.txt"
-  $PY scripts/acr_difference_ci.py "$OUT/ars/certify" "$OUT/ars_vanilla/certify" "$OUT/ars_static/certify" \
-    >> "$REPORTS/paired_differences.txt"
+  $PY -m rs_lightning.cli.report paired "$OUT/ars/certify" "$OUT/ars_vanilla/certify" "$OUT/ars_static/certify" \
+    --radii 0 0.001 0.002 0.0039216 0.0078431 0.0117647 > "$REPORTS/paired_differences.txt"
   $PY scripts/ars_masks.py "$OUT/ars/train/checkpoints/epoch$(printf %03d $((EPOCHS - 1))).ckpt" \
     --out "$REPORTS/masks_ars.png" --inputs 6 --skip 1000
   $PY scripts/ars_masks.py "$OUT/ars_static/train/checkpoints/epoch$(printf %03d $((EPOCHS - 1))).ckpt" \

@@ -1,16 +1,12 @@
-"""scripts/acr_difference_ci.py: the paired ACR difference used in docs/results.md."""
+"""The evidence scripts' helpers: precision agreement and the ISS comparison table."""
 
 import json
 import runpy
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from rs_lightning.analysis.results import ResultWriter
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "acr_difference_ci.py"
 
 
 def write_run(folder: Path, radii, correct, idx=None) -> Path:
@@ -22,50 +18,6 @@ def write_run(folder: Path, radii, correct, idx=None) -> Path:
                      nA=90, n=100, pA_lower=0.8, pA_hat=0.9, n0=10, nA0=9, samples=110)
             )  # fmt: skip
     return folder
-
-
-def run_script(capsys, *args: str) -> str:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", [str(SCRIPT), *args])
-        runpy.run_path(str(SCRIPT), run_name="__main__")
-    return capsys.readouterr().out
-
-
-def test_paired_difference_counts_wrong_inputs_as_zero_and_brackets_the_mean(tmp_path, capsys):
-    rng = np.random.default_rng(1)
-    radii = rng.uniform(0, 1, 200)
-    a = write_run(tmp_path / "a", radii, [1] * 200)
-    # b: the same radii, but the first 50 inputs wrong (radius counts 0), paired by idx in another order
-    order = rng.permutation(200)
-    b = write_run(tmp_path / "b", radii[order], [int(i >= 50) for i in order], idx=order.tolist())
-    out = run_script(capsys, str(a), str(b / "certify.tsv"), "--resamples", "2000")
-    expected = radii[:50].sum() / 200
-    mean, low, high = (float(v.strip("[],")) for v in np.array(out.split())[[3, 6, 7]])
-    assert mean == pytest.approx(expected, abs=5e-5)
-    assert low < expected < high and high - low < 0.1
-
-
-def test_identical_runs_have_a_zero_width_interval(tmp_path, capsys):
-    a = write_run(tmp_path / "a", [0.5, 0.2, 0.0], [1, 1, 0])
-    out = run_script(capsys, str(a), str(a))
-    assert "+0.0000  95% CI [+0.0000, +0.0000]  (3 inputs)" in out
-
-
-def test_certified_accuracy_difference_at_a_radius(tmp_path, capsys):
-    """--radius R: the per-input term is 1[certified correct with radius >= R]; a has 3 of 4 at r >= 0.4,
-    b has 1 (its second input is wrong): difference +0.5 at 0.4, and +0.25 at 0 (b's one wrong input)."""
-    a = write_run(tmp_path / "a", [0.5, 0.45, 0.4, 0.1], [1, 1, 1, 1])
-    b = write_run(tmp_path / "b", [0.5, 0.45, 0.2, 0.1], [1, 0, 1, 1])
-    out = run_script(capsys, str(a), str(b), "--radius", "0", "0.4", "--resamples", "500").splitlines()
-    assert out[0].startswith("certified accuracy at r=0: ") and "+0.2500" in out[0]
-    assert out[1].startswith("certified accuracy at r=0.4: ") and "+0.5000" in out[1]
-
-
-def test_runs_without_shared_inputs_are_refused(tmp_path, capsys):
-    a = write_run(tmp_path / "a", [0.5], [1])
-    b = write_run(tmp_path / "b", [0.5], [1], idx=[7])
-    with pytest.raises(SystemExit, match="shares no input idx"):
-        run_script(capsys, str(a), str(b))
 
 
 AGREEMENT = Path(__file__).resolve().parents[1] / "scripts" / "precision_agreement.py"

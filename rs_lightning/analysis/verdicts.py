@@ -76,7 +76,7 @@ def run_uncertainty(run: Run, radii, beta: float = DEFAULT_BETA) -> dict:
     """One run's bands: its p_A curve band, certified-accuracy bands at ``radii`` and ACR CI."""
     counts = counts_of(run)
     out: dict = {"label": run.label, "inputs": run.num_inputs}
-    base = counts if counts is not None else _radius_counts(run)
+    base = counts if counts is not None else radius_counts(run)
     out["acr_ci"] = acr_ci(base, beta, run.label)
     out["ca_pointwise"], out["ca_simultaneous"] = certified_accuracy_bands(base, radii, beta)
     out["pa_band"] = None if counts is None else pa_curve_band(counts, beta)
@@ -127,7 +127,7 @@ def compare_entries(
             ca, cb = counts_of(a), counts_of(b)
             if ca is not None and cb is not None:
                 curves.append(paired_pa_curves(ca, cb, level, grid, names=names, resamples=resamples))
-            base_a, base_b = _radius_counts(a), _radius_counts(b)
+            base_a, base_b = radius_counts(a), radius_counts(b)
             accuracy.append(paired_certified_accuracy(base_a, base_b, radii, level, names=names,
                                                       resamples=resamples))  # fmt: skip
             acr.append(paired_acr_ci(base_a, base_b, level, names=names))
@@ -157,7 +157,7 @@ def compare_entries(
     return out
 
 
-def _radius_counts(run: Run) -> Counts:
+def radius_counts(run: Run) -> Counts:
     """The run's rows for certified accuracy and ACR (nA/n zero-filled for old Cohen TSVs without them)."""
     zeros = np.zeros(run.rows["idx"].shape, dtype=int)
     return Counts.from_rows({"nA": zeros, "n": zeros} | run.rows)

@@ -1,9 +1,12 @@
 """Compare certification runs: ``python -m rs_lightning.cli.report RUN_DIR... [--out DIR]``.
 
-Writes ``report.md`` (protocol block, Table-2-style table, pA-ECDF dominance matrix, ACR/ECDF
-disagreements, ACR at other budgets), ``table.csv``, ``dominance.csv``, ``budget.csv``,
-``pa_ecdf_sigma<σ>.png`` per σ and ``budget_acr.png`` (Sun et al. 2025, *Average Certified Radius is a Poor
-Metric for Randomized Smoothing*, Table 2 and Appendix B). ``report budget RUN_DIR...`` prints and plots ACR
+Writes ``report.md`` (protocol block, Table-2-style table with ACR CIs and band widths, resolved verdicts on
+the p_A curves and certified accuracy, the ACR order against them, ACR at other budgets, the point-estimate
+dominance as an appendix), ``table.csv``, ``verdicts.csv``, ``dominance.csv``, ``budget.csv``,
+``pa_ecdf_sigma<σ>.png`` and ``certified_accuracy_sigma<σ>.png`` per σ (bands shaded) and ``budget_acr.png``
+(Sun et al. 2025, *Average Certified Radius is a Poor Metric for Randomized Smoothing*, Table 2 and
+Appendix B). ``report paired REF OTHER...`` prints paired difference CIs (rs_lightning.analysis.uncertainty).
+``report budget RUN_DIR...`` prints and plots ACR
 against the budget N′ next to the constant classifier's closed form (Theorem 1).
 ``report published RUN_DIR --dataset D --method M --sigma S`` compares one run with the published numbers
 of that cell (``published.md``, ``published.csv``; rs_lightning.analysis.published_numbers). Errors: one
@@ -55,8 +58,14 @@ from rs_lightning.analysis.published_numbers import (
 )
 from rs_lightning.analysis.published_numbers import cell as published_cell
 from rs_lightning.analysis.results import ResultFileError
-from rs_lightning.analysis.uncertainty import DEFAULT_BETA, RESAMPLES, check_beta
-from rs_lightning.analysis.verdicts import compare_entries, describe, run_uncertainty
+from rs_lightning.analysis.uncertainty import (
+    DEFAULT_BETA,
+    RESAMPLES,
+    check_beta,
+    paired_acr_ci,
+    paired_certified_accuracy,
+)
+from rs_lightning.analysis.verdicts import compare_entries, describe, radius_counts, run_uncertainty
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
 from .common import require_writable_dir
@@ -798,11 +807,56 @@ def published_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def paired_command(argv: Sequence[str]) -> int:
+    """``report paired REFERENCE OTHER... [--radii R ...] [--beta B]``: paired differences REFERENCE − OTHER
+    of ACR and of certified accuracy at each radius, with (1 − β) percentile bootstrap CIs over the shared
+    inputs (:mod:`rs_lightning.analysis.uncertainty`; Bonferroni over the OTHERs)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m rs_lightning.cli.report paired",
+        description="Paired bootstrap CIs of ACR and certified-accuracy differences between runs on the "
+        "same inputs (each pair with its own generator).",
+    )
+    parser.add_argument("reference", metavar="REFERENCE_RUN")
+    parser.add_argument("others", nargs="+", metavar="OTHER_RUN")
+    parser.add_argument(
+        "--radii", nargs="+", type=float, default=[], help="certified accuracy at these radii"
+    )
+    parser.add_argument("--beta", default=DEFAULT_BETA, help=f"1 - confidence (default {DEFAULT_BETA})")
+    args = parser.parse_args(argv)
+    try:
+        beta = check_beta(args.beta)
+        for radius in args.radii:
+            require_non_negative("--radii", radius)
+        reference = load_runs([args.reference])[0]
+        level = beta / len(args.others)
+        for path in args.others:
+            other = load_runs([path])[0]
+            a, b = radius_counts(reference), radius_counts(other)
+            names = (str(reference.path), str(other.path))
+            low, high = paired_acr_ci(a, b, level, names=names)
+            diff = reference.acr - other.acr
+            what = f"{reference.path} - {other.path}"
+            print(
+                f"ACR: {what}: {diff:+.4f}  {1 - level:.4g} CI [{low:+.4f}, {high:+.4f}]  ({a.size} inputs)"
+            )
+            if args.radii:
+                result = paired_certified_accuracy(a, b, args.radii, level, names=names)
+                band = result["pointwise"]
+                for r, d, lo, hi in zip(args.radii, band.point, band.lower, band.upper, strict=True):
+                    print(f"certified accuracy at r={r:g}: {what}: {d:+.4f}  CI [{lo:+.4f}, {hi:+.4f}]")
+    except (ConfigError, ResultFileError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; a user error prints ``error: ...`` on one line and returns 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["merge"]:
         return merge_command(argv[1:])
+    if argv[:1] == ["paired"]:
+        return paired_command(argv[1:])
     if argv[:1] == ["published"]:
         return published_command(argv[1:])
     command, args = parse_args(argv)

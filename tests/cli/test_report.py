@@ -295,3 +295,53 @@ def test_report_shows_bands_and_verdicts_and_refuses_other_data(constant_runs, t
     (other / "settings.json").write_text(json.dumps(settings | {"inputs_sha256": "0" * 64}))
     assert main([c0, str(other), "--out", str(tmp_path / "x")]) == 2
     assert "inputs_sha256:" in capsys.readouterr().err
+
+
+# ---------------------------------------------------- report paired (was scripts/acr_difference_ci.py)
+
+
+def _rows(folder, radii, correct, idx=None):
+    from rs_lightning.analysis import ResultWriter
+
+    idx = range(len(radii)) if idx is None else idx
+    with ResultWriter(folder / "certify.tsv") as writer:
+        for i, r, c in zip(idx, radii, correct, strict=True):
+            writer.write(dict(idx=i, label=0, predict=0 if c else 1, radius=r, correct=c, time=0.0, nA=90,
+                              n=100, pA_lower=0.8, pA_hat=0.9, n0=10, nA0=9, samples=110))  # fmt: skip
+    return folder
+
+
+def test_paired_counts_wrong_inputs_as_zero_and_brackets_the_mean(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    radii = rng.uniform(0, 1, 200)
+    a = _rows(tmp_path / "a", radii, [1] * 200)
+    # b: the same radii, but the first 50 inputs wrong (radius counts 0), paired by idx in another order
+    order = rng.permutation(200)
+    b = _rows(tmp_path / "b", radii[order], [int(i >= 50) for i in order], idx=order.tolist())
+    assert main(["paired", str(a), str(b / "certify.tsv")]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    mean, low, high = (float(v.strip("[],")) for v in np.array(line.split())[[4, 7, 8]])
+    assert mean == pytest.approx(radii[:50].sum() / 200, abs=5e-5)
+    assert low < mean < high and high - low < 0.1
+
+
+def test_paired_identical_runs_and_certified_accuracy_at_radii(tmp_path, capsys):
+    """Identical runs: a zero-width interval. --radii: the per-input term is 1[certified correct with radius
+    >= R]; a has 3 of 4 at r >= 0.4, b 1: +0.5 at 0.4, and +0.25 at 0 (b's one wrong input)."""
+    a = _rows(tmp_path / "a", [0.5, 0.45, 0.4, 0.1], [1, 1, 1, 1])
+    b = _rows(tmp_path / "b", [0.5, 0.45, 0.2, 0.1], [1, 0, 1, 1])
+    assert main(["paired", str(a), str(a)]) == 0
+    assert "+0.0000  0.95 CI [+0.0000, +0.0000]  (4 inputs)" in capsys.readouterr().out
+    assert main(["paired", str(a), str(b), "--radii", "0", "0.4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("certified accuracy at r=0: ") and "+0.2500" in out[1]
+    assert out[2].startswith("certified accuracy at r=0.4: ") and "+0.5000" in out[2]
+
+
+def test_paired_refuses_runs_on_other_inputs_and_bad_values(tmp_path, capsys):
+    a = _rows(tmp_path / "a", [0.5], [1])
+    b = _rows(tmp_path / "b", [0.5], [1], idx=[7])
+    assert main(["paired", str(a), str(b)]) == 2
+    assert "certified on the same inputs" in capsys.readouterr().err
+    assert main(["paired", str(a), str(a), "--beta", "2"]) == 2
+    assert main(["paired", str(a), str(a), "--radii", "-1"]) == 2
