@@ -16,8 +16,10 @@ CERTIFY=${CERTIFY:-"n0=100 n=10000 alpha=0.001 skip=50 batch_size=400 seed=0"}  
 STEP=${STEP:-9}
 WARMUP=${WARMUP:-3}
 LIMIT=${LIMIT:-0.1111}
+SEED=${SEED:-0}   # the training seed; SEED=1 ... trains another seed of every run, named <run>_seed<SEED>
+SUFFIX=$([ "$SEED" = 0 ] || echo "_seed$SEED")
 COMMON="data=npz data.path=$DATA model=lenet optim.max_epochs=$EPOCHS optim.scheduler.step_size=$STEP \
-  trainer.limit_train_batches=$LIMIT seed=0 \
+  trainer.limit_train_batches=$LIMIT seed=$SEED \
   trainer.enable_progress_bar=false logger=csv ${EXTRA:-}"   # EXTRA: more overrides (e.g. for a dry run)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT"
@@ -30,8 +32,8 @@ selected() {  # selected NAME: true unless ONLY (a space-separated list of run n
 
 train() {  # train NAME OVERRIDES...: skipped when NAME finished (train.done); a killed run resumes from its
   # last.ckpt (written every epoch, so it does not mean "finished"); wall-clock appended to $TIMES
-  local name=$1; shift
-  selected "$name" || return 0
+  local base=$1 name=$1$SUFFIX; shift
+  selected "$base" || selected "$name" || return 0
   local dir="$OUT/train/$name"
   if [ -f "$dir/train.done" ]; then echo "skip training $name (done)"; return; fi
   local start=$(date +%s)

@@ -12,7 +12,7 @@
 # Only finished trainings (train.done) are certified, and a failed background job fails the script.
 source "$(dirname "$0")/mnist_common.sh"
 SOFT_LABEL_SAMPLES=${SOFT_LABEL_SAMPLES:-32}   # reference: 10,000 draws per training image
-SOFT="$OUT/soft_labels_gaussian_s025.npy"
+SOFT="$OUT/soft_labels_gaussian_s025$SUFFIX.npy"   # SEED=1: the whole recipe again, its teacher too
 
 stage() {  # stage STAGE SIGMA
   local s=$2
@@ -24,12 +24,12 @@ stage() {  # stage STAGE SIGMA
       train "smoothmix_s$s" experiment="smoothmix_mnist_sigma$s" method.warmup="$WARMUP"
       train "smoothadv_s$s" experiment="smoothadv_mnist_sigma$s" method.warmup="$WARMUP" ;;
     soft)  # CAT-RS's soft labels: a Gaussian sigma = 0.25 model on the training set, used for every sigma
-      [ -f "$SOFT" ] || $PY soft_labels.py checkpoint="$OUT/train/gaussian_s025/checkpoints/last.ckpt" \
+      [ -f "$SOFT" ] || $PY soft_labels.py checkpoint="$OUT/train/gaussian_s025$SUFFIX/checkpoints/last.ckpt" \
         output="$SOFT" num_samples="$SOFT_LABEL_SAMPLES" batch_size=3200 hydra.run.dir="$OUT/soft_labels" ;;
     catrs)
       train "catrs_s$s" experiment="catrs_mnist_sigma$s" method.soft_labels="$SOFT" ;;
     certify)
-      for done in "$OUT"/train/*_s"$s"/train.done; do  # finished trainings only
+      for done in "$OUT"/train/*_s"$s$SUFFIX"/train.done; do  # finished trainings of this seed only
         if [ -f "$done" ]; then certify "$(basename "$(dirname "$done")")"; fi
       done ;;
   esac
