@@ -100,3 +100,11 @@ def test_output_dir_alone_writes_no_second_folder(trained_digits, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert (out / "certify.tsv").is_file() and (out / ".hydra").is_dir()
     assert not (tmp_path / "outputs").exists()
+
+
+def test_sequential_ddp_sim_ranks_give_the_single_process_rows(trained_digits, tmp_path):
+    """sampling=sequential on 2 ranks: the rows (each input's looks and stop) equal a single process's."""
+    sequential = [*SMALL, "sampling=sequential", "n=2000"]
+    certify(certify_config(tmp_path / "one", trained_digits["checkpoint"], sequential))
+    certify(certify_config(tmp_path / "ddp", trained_digits["checkpoint"], [*sequential, "trainer=ddp_sim"]))
+    assert without_time(tmp_path / "ddp" / "certify.tsv") == without_time(tmp_path / "one" / "certify.tsv")
