@@ -27,9 +27,10 @@ class RegistryError(ValueError):
     """A config that does not name a registered class with plain arguments, or that the class refuses."""
 
 
-def check_plain(key: str, value: Any, depth: int = 0) -> None:
+def check_plain(key: str, value: Any, depth: int = 0, underscore_keys: bool = False) -> None:
     """Refuse anything but None, bool, int, finite float, str, and lists/mappings of those (``key`` names
-    the value in the message)."""
+    the value in the message); mapping keys starting with ``_`` are refused unless ``underscore_keys`` (for
+    values that are only recorded, never built)."""
     if value is None or isinstance(value, bool | int | str):
         return
     if isinstance(value, float):
@@ -40,16 +41,16 @@ def check_plain(key: str, value: Any, depth: int = 0) -> None:
         raise RegistryError(f"{key} is nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            check_plain(f"{key}[{i}]", item, depth + 1)
+            check_plain(f"{key}[{i}]", item, depth + 1, underscore_keys)
         return
     if isinstance(value, Mapping):
         for name, item in value.items():
-            if not isinstance(name, str) or name.startswith("_"):
+            if not isinstance(name, str) or (name.startswith("_") and not underscore_keys):
                 raise RegistryError(
                     f"{key} holds the key {name!r}: only plain names are accepted (no _target_ or other "
                     "_-keys: nothing is built from a nested entry)"
                 )
-            check_plain(f"{key}.{name}", item, depth + 1)
+            check_plain(f"{key}.{name}", item, depth + 1, underscore_keys)
         return
     raise RegistryError(f"{key} is a {type(value).__name__}, not a plain value (number, string or list)")
 

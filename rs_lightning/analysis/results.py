@@ -156,7 +156,7 @@ def settings_mismatch(
     if sigma is None:
         return None
     certified = rows["predict"] != ABSTAIN
-    radius = radius_from_pa(rows["pA_lower"], sigma, norm, dim)
+    radius = radius_from_pa(expected, sigma, norm, dim)  # full precision: the column keeps 10 digits
     bad = certified & ~np.isclose(rows["radius"], radius, rtol=1e-6, atol=1e-9)
     if not bad.any():
         return None

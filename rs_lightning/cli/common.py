@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
+from torch.multiprocessing.spawn import ProcessRaisedException
 
 from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.data.base import DataFormatError, DatasetNotFoundError
@@ -64,6 +66,21 @@ def require_no_missing(cfg: DictConfig) -> None:
         raise MissingValueError(keys)
 
 
+class RankError(ValueError):
+    """A user error raised in a rank that ``strategy=ddp_spawn`` started: its message, from the traceback text
+    that torch.multiprocessing hands back to the launcher."""
+
+
+def _rank_user_error(err: BaseException) -> RankError | None:
+    """The user error at the end of a spawned rank's traceback (torch's ProcessRaisedException), or None."""
+    names = {cls.__name__ for cls in USER_ERRORS} | {"MissingValueError"}
+    for line in reversed(str(err).strip().splitlines()):
+        found = re.match(r"^(?:[\w.]+\.)?(\w+): (.+)$", line.strip())
+        if found and found.group(1) in names:
+            return RankError(found.group(2))
+    return None
+
+
 def user_error(err: BaseException) -> BaseException | None:
     """The user error behind ``err``: itself, or the cause Hydra wrapped when instantiating a config node
     (e.g. a callback rejecting ``callbacks.certification.n0=0``); an unset mandatory value (``???``)
@@ -71,6 +88,8 @@ def user_error(err: BaseException) -> BaseException | None:
     while err is not None:
         if isinstance(err, USER_ERRORS):
             return err
+        if isinstance(err, ProcessRaisedException):
+            return _rank_user_error(err)
         if isinstance(err, MissingMandatoryValue):
             return MissingValueError(err.full_key or "a mandatory value")
         if not isinstance(err, InstantiationException):
@@ -85,7 +104,7 @@ def run_or_exit(function: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
     try:
         require_no_missing(cfg)
         return function(cfg)
-    except (*USER_ERRORS, InstantiationException, MissingMandatoryValue) as err:
+    except (*USER_ERRORS, InstantiationException, MissingMandatoryValue, ProcessRaisedException) as err:
         cause = user_error(err)
         if cause is None:
             raise
@@ -217,6 +236,15 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def without_downloads(config: Any) -> Any:
+    """``config`` with every ``download`` key, at any depth (a composite's ``source`` too), set to False."""
+    if isinstance(config, dict):
+        return {k: False if k == "download" else without_downloads(v) for k, v in config.items()}
+    if isinstance(config, list | tuple):
+        return [without_downloads(v) for v in config]
+    return config
+
+
 def checkpoint_datamodule(cfg: DictConfig, meta: dict):
     """The data module of ``cfg.data`` if given, else the checkpoint's: a registered data module
     (:data:`~rs_lightning.data.registry.DATA_MODULES`) built with plain arguments and ``download=False`` (a
@@ -226,8 +254,7 @@ def checkpoint_datamodule(cfg: DictConfig, meta: dict):
         datamodule = instantiate(cfg.data)
     else:
         config = meta.get("data")
-        if isinstance(config, dict) and "download" in config:
-            config = {**config, "download": False}
+        config = without_downloads(config)
         try:
             datamodule = DATA_MODULES.build(config, "data")
         except RegistryError as err:

@@ -75,6 +75,9 @@ def die_with_launcher(launcher: int) -> None:
     else:  # no parent-death signal: poll
         threading.Thread(target=_watch_parent, args=(launcher,), daemon=True).start()
     if os.getppid() != launcher:  # it ended before the signal was armed
+        print(
+            f"error: the certify.py launcher (pid {launcher}) of this rank is gone; stopping", file=sys.stderr
+        )
         os._exit(1)
 
 

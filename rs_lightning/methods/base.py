@@ -251,7 +251,7 @@ class SmoothingMethod(pl.LightningModule):
         callback = self.trainer.checkpoint_callback if self._trainer is not None else None
         last = getattr(callback, "last_model_path", "") or ""
         if last and Path(last).is_file():
-            return f"{last} holds the last good epoch"
+            return f"the last checkpoint written is {last}"
         return "no checkpoint was written yet (the run failed in its first epoch); start it again"
 
     def _skip(self, optimizers) -> None:
@@ -259,16 +259,21 @@ class SmoothingMethod(pl.LightningModule):
         self.skipped_steps += 1
         self._epoch_skipped += 1
 
-    def on_train_epoch_start(self) -> None:
-        self._epoch_steps = self._epoch_skipped = 0
+    def _summed(self, *values: int) -> list[int]:
+        """``values`` summed over the DDP ranks (every rank calls this at the same hook), so that all ranks
+        take the same stop decision; as they are on one process."""
+        if self._trainer is None or self.trainer.world_size == 1:
+            return list(values)
+        total = self.trainer.strategy.reduce(torch.tensor(values, device=self.device), reduce_op="sum")
+        return [int(v) for v in total.tolist()]
 
     def _check_skipped_share(self) -> None:
         """``on_nonfinite_loss=skip``: warn with the epoch's skipped share; stop above the allowed share. Once
         per epoch: at its validation (which runs before the epoch ends), else at its end."""
-        if self._epoch_steps == 0:
+        skipped, steps = self._summed(self._epoch_skipped, self._epoch_steps)
+        self._epoch_steps = self._epoch_skipped = 0  # also counts saved mid-epoch (step checkpoints)
+        if steps == 0:
             return
-        skipped, steps = self._epoch_skipped, self._epoch_steps
-        self._epoch_steps = self._epoch_skipped = 0
         where = f"epoch {self.current_epoch} (method {self._method_name}, sigma {self.sigma})"
         warning = check_skipped_share(skipped, steps, self.max_skipped_share, where, self._saved_state)
         if warning:
@@ -296,9 +301,10 @@ class SmoothingMethod(pl.LightningModule):
         if self.trainer.sanity_checking:
             return
         self._check_skipped_share()  # the likelier cause, named first
-        if self._val_nonfinite:
+        (nonfinite,) = self._summed(self._val_nonfinite)
+        if nonfinite:
             raise NonFiniteLossError(
-                f"validation at epoch {self.current_epoch} gave non-finite logits on {self._val_nonfinite} "
+                f"validation at epoch {self.current_epoch} gave non-finite logits on {nonfinite} "
                 f"inputs (method {self._method_name}, sigma {self.sigma}): the run has diverged. Nothing was "
                 f"saved from this epoch: {self._saved_state()}. Lower the learning rate (optim.optimizer.lr)"
             )
@@ -340,6 +346,7 @@ class SmoothingMethod(pl.LightningModule):
         checkpoint["rs_lightning_noise_state"] = self.noise_generator.get_state()
         checkpoint["rs_lightning_rng_states"] = global_rng_states()
         checkpoint["rs_lightning_skipped_steps"] = self.skipped_steps
+        checkpoint["rs_lightning_epoch_steps"] = [self._epoch_skipped, self._epoch_steps]  # mid-epoch saves
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("rs_lightning_noise_state")
@@ -349,3 +356,6 @@ class SmoothingMethod(pl.LightningModule):
         if checkpoint.get("rs_lightning_rng_states") is not None:
             set_global_rng_states(checkpoint["rs_lightning_rng_states"])
         self.skipped_steps = int(checkpoint.get("rs_lightning_skipped_steps", 0))
+        self._epoch_skipped, self._epoch_steps = (
+            int(v) for v in checkpoint.get("rs_lightning_epoch_steps", (0, 0))
+        )

@@ -56,7 +56,7 @@ def _is_number(value: Any) -> bool:
 
 def check_metadata(meta: Any, source: str | os.PathLike) -> dict:
     """The checkpoint's metadata after checking every value a loader uses: ``input_shape`` (C, H, W) of
-    positive ints, ``num_classes`` >= 1, ``sigma`` finite > 0 or None, ``mean``/``std`` None or one finite
+    positive ints, ``num_classes`` >= 1, ``sigma`` finite > 0, ``mean``/``std`` None or one finite
     value per channel with ``std`` > 0, ``pipeline`` plain; a one-line CheckpointError naming ``source`` and
     the value otherwise. ``model`` and ``data`` are checked where they are built, by the registry."""
 
@@ -73,8 +73,10 @@ def check_metadata(meta: Any, source: str | os.PathLike) -> dict:
     if not _is_count(meta.get("num_classes")):
         raise refuse(f"num_classes={meta.get('num_classes')!r} is not an integer >= 1")
     sigma = meta.get("sigma")
-    if sigma is not None and not (_is_number(sigma) and sigma > 0):
+    if not (_is_number(sigma) and sigma > 0):
         raise refuse(f"sigma={sigma!r} is not a finite number > 0")
+    if meta.get("pipeline") is not None and not isinstance(meta["pipeline"], dict):
+        raise refuse(f"pipeline={meta['pipeline']!r} is not a mapping")
     mean, std = meta.get("mean"), meta.get("std")
     if (mean is None) != (std is None):
         raise refuse(f"mean={mean!r} and std={std!r}: give both or neither")
@@ -87,11 +89,13 @@ def check_metadata(meta: Any, source: str | os.PathLike) -> dict:
             raise refuse(f"{name}={values!r} holds a non-finite or non-numeric value")
     if std is not None and min(std) <= 0:
         raise refuse(f"std={std!r} holds a value <= 0 (normalization divides by it)")
-    for key in ("pipeline", "class_names"):  # model and data: checked when built (the registry)
-        try:
+    try:
+        for key in ("pipeline", "class_names"):  # model and data: checked when built (the registry)
             check_plain(key, meta.get(key))
-        except RegistryError as err:
-            raise refuse(str(err)) from err
+        for key in ("method", "optim", "seed", "checkpoint_format", "wandb_run_id", "format"):
+            check_plain(key, meta.get(key), underscore_keys=True)  # recorded only (settings.json, labels)
+    except RegistryError as err:
+        raise refuse(str(err)) from err
     return meta
 
 

@@ -165,6 +165,9 @@ def test_arguments_must_be_plain_values_the_class_accepts(trained_digits, tmp_pa
         ({"num_classes": True}, "num_classes=True"),
         ({"pipeline": {"mode": "ars", "mask_width": {"_target_": "os.system"}}}, "_target_"),
         ({"pipeline": {"mode": "nonsense"}}, "pipeline"),
+        ({"pipeline": "ars"}, "pipeline='ars' is not a mapping"),
+        ({"sigma": None}, "sigma=None"),
+        ({"seed": [torch.zeros(2)]}, "seed[0] is a Tensor"),
     ],
 )
 def test_metadata_values_are_checked_in_one_line(trained_digits, tmp_path, change, needle):

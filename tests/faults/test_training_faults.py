@@ -201,7 +201,7 @@ def test_skip_policy_stops_a_run_that_skips_more_than_the_allowed_share(tmp_path
     message = str(err.value)
     assert "epoch 1 (method GaussianAugmentation, sigma 0.25) skipped 18 of 23 steps (78%)" in message
     assert "more than on_nonfinite_loss_max_share=0.1" in message
-    assert f"{tmp_path / 'checkpoints' / 'last.ckpt'} holds the last good epoch" in message
+    assert f"the last checkpoint written is {tmp_path / 'checkpoints' / 'last.ckpt'}" in message
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
 
 
@@ -367,3 +367,35 @@ def test_wandb_gets_the_full_resolved_config_and_the_configured_project(tmp_path
     (logger, params), *_ = logged
     assert params == OmegaConf.to_container(cfg, resolve=True)
     assert logger._wandb_init["group"] == "g1" and list(logger._wandb_init["tags"]) == ["a", "b"]
+
+
+def test_an_error_raised_in_a_spawned_rank_is_one_line():
+    """ddp_spawn hands a rank's exception back as torch's ProcessRaisedException (a traceback as text):
+    the user error at its end is printed as one line, anything else stays a traceback."""
+    from torch.multiprocessing.spawn import ProcessRaisedException
+
+    from rs_lightning.cli.common import user_error
+
+    text = (
+        "\n\n-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "rs_lightning.methods.faults.NonFiniteLossError: epoch 0 (method M, sigma 0.25) skipped 19 of 23 "
+        "steps (83%) ...\n"
+    )
+    found = user_error(ProcessRaisedException(text, 1, 123))
+    assert str(found) == "epoch 0 (method M, sigma 0.25) skipped 19 of 23 steps (83%) ..."
+    assert user_error(ProcessRaisedException("Traceback ...\nKeyError: 'x'\n", 0, 1)) is None
+
+
+@pytest.mark.slow
+def test_a_dead_run_under_ddp_sim_stops_every_rank_with_one_line(tmp_path):
+    """Both ranks sum their counts (skipped steps, non-finite validation logits) and take one decision; the
+    launcher prints one line, status 2 (was: status 1 and two tracebacks)."""
+    done = run_script(
+        "train.py", "trainer=ddp_sim", "on_nonfinite_loss=skip", "optim.optimizer.lr=1000",
+        "optim.max_epochs=2", f"hydra.run.dir={tmp_path}", "~callbacks.certification",
+        "trainer.enable_progress_bar=false", timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "epoch 0" in line and "the run has diverged" in line
