@@ -1,0 +1,112 @@
+"""One certificate type per (noise distribution, norm): what a lower bound on p_A certifies, and the noise.
+
+A :class:`Certificate` owns, for its noise and norm: the noise's scale from ``sigma`` (``sigma`` is always the
+noise's per-coordinate standard deviation, as in Yang et al., ICML 2020, *Randomized Smoothing of All
+Shapes and Sizes*, which compares noises at equal σ), the standard noise drawn from a seeded generator, the
+radius certified by a lower bound p on p_A (with p_B ≤ 1 − p), the largest radius certifiable with n draws
+at level α, the default radius step of reports, and the label of tables.
+
+Radii, with λ the noise's scale (Yang et al. 2020, Table 1 and their code tonyduan/rs4a ``src/noises``;
+Cohen, Rosenfeld & Kolter, ICML 2019, Thm. 1; Teng, Lee & Yuan, ICLR 2020, Thm. 1):
+
+- Gaussian N(0, σ²I), λ = σ: L2 radius σΦ⁻¹(p). By the inclusion of balls it also certifies L1 radius
+  σΦ⁻¹(p) (‖δ‖₂ ≤ ‖δ‖₁) and L∞ radius σΦ⁻¹(p)/√d (‖δ‖₂ ≤ √d‖δ‖∞).
+- Laplace with scale λ = σ/√2 per coordinate: L1 radius −λ·ln(2(1 − p)).
+- Uniform on [−λ, λ]^d, λ = √3·σ: L1 radius 2λ(p − ½); L∞ radius 2λ(1 − (3/2 − p)^(1/d)).
+
+Every radius is 0 for p ≤ ½ (CERTIFY abstains there). Other (noise, norm) pairs have no certificate here and
+are refused naming the pairs that have one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.stats import norm as normal
+
+from rs_lightning.validation import ConfigError
+
+NOISES = ("gaussian", "laplace", "uniform")
+NORMS_OF = {"gaussian": ("l2", "l1", "linf"), "laplace": ("l1",), "uniform": ("l1", "linf")}
+"""The norms each noise certifies (the first is its own; Gaussian L1/L∞ by the inclusion of balls)."""
+SCALE_OVER_SIGMA = {"gaussian": 1.0, "laplace": 1 / math.sqrt(2), "uniform": math.sqrt(3)}
+"""λ / σ: the scale that gives each noise the per-coordinate standard deviation σ."""
+LABELS = {"l2": "L2", "l1": "L1", "linf": "L∞"}
+STEPS = {"l2": 0.25, "l1": 0.25, "linf": 1 / 255}
+"""Default radius step of reports: 0.25 (L2/L1, as Cohen et al.) and one 8-bit grey level (L∞)."""
+
+
+def pairs_text() -> str:
+    return ", ".join(f"{noise}+{norm}" for noise, norms in NORMS_OF.items() for norm in norms)
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """The certificate of ``noise`` stated in ``norm`` (validated: a pair without one is refused)."""
+
+    noise: str = "gaussian"
+    norm: str = "l2"
+
+    def __post_init__(self) -> None:
+        if self.noise not in NOISES:
+            raise ConfigError("noise", self.noise, "one of " + ", ".join(NOISES))
+        if self.norm not in NORMS_OF[self.noise]:
+            raise ConfigError(
+                "norm", self.norm, f"a norm {self.noise} noise certifies",
+                f"the pairs with a certificate are {pairs_text()}",
+            )  # fmt: skip
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.norm]
+
+    @property
+    def default_step(self) -> float:
+        return STEPS[self.norm]
+
+    def scale(self, sigma: float) -> float:
+        """λ, the noise's scale parameter at per-coordinate standard deviation ``sigma``."""
+        return SCALE_OVER_SIGMA[self.noise] * float(sigma)
+
+    def radius(self, pa_lower, sigma: float, dim: int | None = None) -> np.ndarray:
+        """The radius in ``norm`` certified by ``pa_lower`` (0 where it is <= 1/2); L∞ needs ``dim``."""
+        p = np.clip(np.asarray(pa_lower, dtype=np.float64), 0.5, 1.0)
+        lam = self.scale(sigma)
+        if self.noise == "gaussian":
+            r = (lam / math.sqrt(_dim(dim)) if self.norm == "linf" else lam) * normal.ppf(p)
+        elif self.noise == "laplace":
+            with np.errstate(divide="ignore"):
+                r = -lam * np.log(2 * (1 - p))
+        elif self.norm == "l1":
+            r = 2 * lam * (p - 0.5)
+        else:
+            r = 2 * lam * (1 - (1.5 - p) ** (1 / _dim(dim)))
+        return np.where(np.asarray(pa_lower) <= 0.5, 0.0, r)
+
+    def max_radius(self, sigma: float, n: int, alpha: float, dim: int | None = None) -> float:
+        """The largest radius CERTIFY can return with ``n`` draws at level ``alpha``: all n agreeing gives
+        the Clopper–Pearson bound α^(1/n)."""
+        return float(self.radius(alpha ** (1.0 / n), sigma, dim))
+
+    def sample(
+        self, shape, generator: torch.Generator, device, dtype=torch.float32, out=None
+    ) -> torch.Tensor:
+        """Standard noise (scale λ = 1) of ``shape`` from ``generator``: N(0, 1), Laplace(0, 1) or U[−1, 1]
+        per coordinate; the caller multiplies by :meth:`scale`."""
+        if self.noise == "gaussian":
+            return torch.randn(shape, generator=generator, device=device, dtype=dtype, out=out)
+        u = torch.rand(shape, generator=generator, device=device, dtype=dtype, out=out)
+        if self.noise == "uniform":
+            return u.mul_(2).sub_(1)
+        # Laplace by inversion: -sign(v)·ln(1 − 2|v|) for v = u − ½ uniform on (−½, ½)
+        v = u.sub_(0.5)
+        return v.sign() * -torch.log1p(-2 * v.abs().clamp(max=0.5 - 1e-7))
+
+
+def _dim(dim: int | None) -> int:
+    if dim is None or int(dim) < 1:
+        raise ValueError(f"an L∞ radius needs the input dimension d = C*H*W >= 1, got dim={dim!r}")
+    return int(dim)

@@ -1,0 +1,92 @@
+"""The certificate types of issue 25 (first part: the module; the engine still uses Gaussian radii).
+
+Radii are checked against closed forms written here from the papers (Yang et al. 2020 Table 1 / rs4a
+``src/noises``; Teng et al. 2020; Cohen et al. 2019), and on half-spaces, where the exact p_A of each noise
+gives back exactly the distance to the hyperplane in the noise's norm (the certificates are tight there):
+the bug this catches is a wrong scale (σ against λ) or a norm's factor off.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import kstest, laplace, norm, uniform
+
+from rs_lightning.smoothing.certificate import Certificate
+from rs_lightning.smoothing.stats import radius_from_pa
+from rs_lightning.validation import ConfigError
+
+P = np.array([0.5, 0.5 + 1e-9, 0.6, 0.75, 0.9, 0.99, 0.999, 0.001 ** (1 / 100_000)])
+SIGMA, DIM = 0.5, 784
+
+
+@pytest.mark.parametrize(
+    ("noise", "norm_", "closed_form"),
+    [
+        ("gaussian", "l2", lambda p: SIGMA * norm.ppf(p)),
+        ("gaussian", "l1", lambda p: SIGMA * norm.ppf(p)),
+        ("gaussian", "linf", lambda p: SIGMA * norm.ppf(p) / math.sqrt(DIM)),
+        ("laplace", "l1", lambda p: -(SIGMA / math.sqrt(2)) * np.log(2 * (1 - p))),
+        ("uniform", "l1", lambda p: 2 * math.sqrt(3) * SIGMA * (p - 0.5)),
+        ("uniform", "linf", lambda p: 2 * math.sqrt(3) * SIGMA * (1 - (1.5 - p) ** (1 / DIM))),
+    ],
+)
+def test_radii_match_their_closed_forms(noise, norm_, closed_form):
+    certificate = Certificate(noise, norm_)
+    np.testing.assert_allclose(certificate.radius(P, SIGMA, DIM), closed_form(P), rtol=1e-12, atol=1e-15)
+    assert certificate.radius(0.5, SIGMA, DIM) == 0 and certificate.radius(0.3, SIGMA, DIM) == 0
+    cap = certificate.max_radius(SIGMA, 100_000, 0.001, DIM)
+    assert cap == pytest.approx(float(closed_form(0.001 ** (1 / 100_000))), rel=1e-12)
+
+
+def test_the_gaussian_l2_radius_is_the_engines():
+    """The redesign must not move a single Gaussian certificate."""
+    np.testing.assert_array_equal(Certificate().radius(P, SIGMA), radius_from_pa(P, SIGMA))
+    np.testing.assert_array_equal(
+        Certificate("gaussian", "linf").radius(P, SIGMA, DIM), radius_from_pa(P, SIGMA, "linf", DIM)
+    )
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "laplace", "uniform"])
+def test_each_noise_is_tight_on_a_halfspace(noise):
+    """f(x) = 1[x_0 > 0] at distance t from the hyperplane: the exact p_A under each noise of std σ gives
+    back radius t in the noise's own norm (L1 for Laplace and uniform, L2 for Gaussian)."""
+    t = np.linspace(0.01, 0.5, 20)
+    lam = {"gaussian": SIGMA, "laplace": SIGMA / math.sqrt(2), "uniform": math.sqrt(3) * SIGMA}[noise]
+    exact = {
+        "gaussian": norm.cdf(t / lam),
+        "laplace": laplace.cdf(t / lam),
+        "uniform": uniform(-1, 2).cdf(t / lam),  # U[-1, 1]
+    }[noise]
+    own = {"gaussian": "l2", "laplace": "l1", "uniform": "l1"}[noise]
+    keep = exact < 1  # uniform: beyond t = λ every draw agrees
+    np.testing.assert_allclose(Certificate(noise, own).radius(exact[keep], SIGMA), t[keep], rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("noise", "dist"), [("gaussian", norm), ("laplace", laplace), ("uniform", uniform(-1, 2))]
+)
+def test_standard_noise_has_its_law(noise, dist):
+    """200,000 draws from a seeded stream: a Kolmogorov–Smirnov test against the standard law (scale 1) and
+    the variance 1 / 2 / 1/3. Catches a scale of 2 (Laplace's σ against λ) or a shifted uniform."""
+    generator = torch.Generator().manual_seed(3)
+    draws = Certificate(noise, "l1" if noise != "gaussian" else "l2").sample((200_000,), generator, "cpu")
+    assert kstest(draws.numpy(), dist.cdf).pvalue > 1e-4
+    variance = {"gaussian": 1.0, "laplace": 2.0, "uniform": 1 / 3}[noise]
+    assert draws.var().item() == pytest.approx(variance, rel=0.02)
+    again = Certificate(noise, "l1" if noise != "gaussian" else "l2").sample(
+        (200_000,), torch.Generator().manual_seed(3), "cpu"
+    )
+    assert torch.equal(draws, again)
+
+
+def test_pairs_without_a_certificate_are_refused_naming_the_ones_that_have_one():
+    with pytest.raises(ConfigError, match=r"^norm='l2' is invalid: .*laplace.*gaussian\+l2, gaussian\+l1"):
+        Certificate("laplace", "l2")
+    with pytest.raises(ConfigError, match=r"^noise='cauchy' is invalid"):
+        Certificate("cauchy", "l1")
+    with pytest.raises(ValueError, match="dim"):
+        Certificate("uniform", "linf").radius(0.9, SIGMA)
