@@ -17,11 +17,13 @@ DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/fast_certification}
 mkdir -p "$OUT/tables"
 
-train() {  # train NAME OVERRIDES...
-  [ -f "$OUT/train/$1/checkpoints/last.ckpt" ] && return
-  local name=$1; shift
+train() {  # train NAME OVERRIDES...: skipped once train.done exists (last.ckpt alone may be an unfinished
+  # run's, written every epoch); a killed run resumes from its last.ckpt
+  local name=$1 dir="$OUT/train/$1"; shift
+  [ -f "$dir/train.done" ] && return
   OMP_NUM_THREADS=1 $PY train.py "$@" seed=0 trainer.enable_progress_bar=false logger=csv \
-    hydra.run.dir="$OUT/train/$name"
+    hydra.run.dir="$dir" ckpt_path=last
+  touch "$dir/train.done"
 }
 certify() {  # certify THREADS MODEL NAME OVERRIDES...
   local threads=$1 model=$2 name=$3; shift 3

@@ -56,13 +56,6 @@ def warn_if_extrapolated(budget: int, n: int | None) -> bool:
     return True
 
 
-def true_label_pa(n_a, n, correct) -> np.ndarray:
-    """p̂_A = n_A/n for correct inputs, 0 for wrong or abstained ones (Sun et al. 2025, Appendix B)."""
-    n_a, n = np.broadcast_arrays(np.asarray(n_a, dtype=float), np.asarray(n, dtype=float))
-    pa_hat = np.divide(n_a, n, out=np.zeros(n_a.shape), where=n > 0)  # n = 0: ISS abstained unsampled
-    return np.where(np.asarray(correct, dtype=bool), pa_hat, 0.0)
-
-
 def radius_at_count(counts, budget: int, sigma: float, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """``(radius, certified)`` of CERTIFY with n_A = ``counts`` of N′ = ``budget`` (Cohen et al. 2019 Alg. 1).
 

@@ -22,7 +22,7 @@ from rs_lightning.smoothing.stats import NORMS, radius_scale
 from rs_lightning.validation import ConfigError
 
 from .budget import class_shares
-from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf
+from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf, true_label_pa
 from .results import ResultFileError, in_subset, read_results, settings_mismatch
 
 PROTOCOL_KEYS = ("subset", "dataset", "inputs_sha256", *SPEC_PROTOCOL_KEYS)
@@ -153,9 +153,7 @@ class Run:
         """p̂_A per input (true label; 0 if wrong or abstained), or None without ``nA``/``n``."""
         if not self.has_counts:
             return None
-        rows = self.rows
-        pa_hat = np.divide(rows["nA"], rows["n"], out=np.zeros(rows["nA"].shape), where=rows["n"] > 0)
-        return np.where(rows["correct"].astype(bool), pa_hat, 0.0)
+        return true_label_pa(self.rows["nA"], self.rows["n"], self.rows["correct"])
 
     def ecdf(self, grid=ECDF_GRID) -> np.ndarray | None:
         pa = self.pa()

@@ -34,8 +34,15 @@ def average_certified_radius(radius, correct) -> float:
 
 
 def pa_true_label(pa_hat, correct) -> np.ndarray:
-    """Per-input p̂A as the seed paper uses it: share of draws on the true label; 0 if wrong or abstained."""
+    """Per-input p̂A as the seed paper uses it: share of draws on the true label; 0 if wrong or abstained
+    (Sun et al. 2025, Appendix B). The one place that convention lives; :func:`true_label_pa` from counts."""
     return np.where(np.asarray(correct, dtype=bool), np.asarray(pa_hat, dtype=float), 0.0)
+
+
+def true_label_pa(n_a, n, correct) -> np.ndarray:
+    """:func:`pa_true_label` from the counts: p̂A = n_A/n (0 where n = 0: ISS abstained without sampling)."""
+    n_a, n = np.broadcast_arrays(np.asarray(n_a, dtype=float), np.asarray(n, dtype=float))
+    return pa_true_label(np.divide(n_a, n, out=np.zeros(n_a.shape), where=n > 0), correct)
 
 
 def pa_ecdf(pa, grid=ECDF_GRID) -> np.ndarray:

@@ -46,7 +46,7 @@ from scipy.stats import binom
 from rs_lightning.smoothing.stats import clopper_pearson_interval
 from rs_lightning.validation import ConfigError
 
-from .metrics import ECDF_GRID
+from .metrics import ECDF_GRID, true_label_pa
 
 DEFAULT_BETA = 0.05
 RESAMPLES = 2000
@@ -113,8 +113,7 @@ class Counts:
     @property
     def pa(self) -> np.ndarray:
         """p̂_A of the true label (0 where wrong or abstained), as the report's curve uses it."""
-        hat = np.divide(self.n_a, self.n, out=np.zeros(self.n_a.shape), where=self.n > 0)
-        return np.where(self.correct, hat, 0.0)
+        return true_label_pa(self.n_a, self.n, self.correct)
 
     @property
     def certified_radius(self) -> np.ndarray:

@@ -21,8 +21,8 @@ from rs_lightning.analysis.budget import (
     expected_radius,
     plugin_radius,
     radius_at_count,
-    true_label_pa,
 )
+from rs_lightning.analysis.metrics import true_label_pa
 from rs_lightning.smoothing.stats import clopper_pearson_lower, max_certifiable_radius, radius_from_pa
 
 SIGMA, ALPHA = 0.5, 0.001
