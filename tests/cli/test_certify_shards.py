@@ -102,6 +102,7 @@ def test_output_dir_alone_writes_no_second_folder(trained_digits, tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_sequential_ddp_sim_ranks_give_the_single_process_rows(trained_digits, tmp_path):
     """sampling=sequential on 2 ranks: the rows (each input's looks and stop) equal a single process's."""
     sequential = [*SMALL, "sampling=sequential", "n=2000"]
