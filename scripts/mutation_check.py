@@ -170,8 +170,8 @@ MUTANTS = [
     (
         "linf radius over H*W instead of C*H*W",
         "rs_lightning/smoothing/engine.py",
-        "radius_from_pa(pa_lower, sigma, spec.norm, xs[0].numel())",
-        "radius_from_pa(pa_lower, sigma, spec.norm, xs[0][0].numel())",
+        "spec.certificate.radius(pa_lower, sigma, xs[0].numel())",
+        "spec.certificate.radius(pa_lower, sigma, xs[0][0].numel())",
         "tests/models/test_ars_pipeline.py::test_certify_around_the_pipeline_is_batch_independent_and_linf_only",
     ),
 ]

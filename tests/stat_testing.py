@@ -61,18 +61,27 @@ def prob_bound_exceeds(
     return binom.sf(k_star - 1, n, p)
 
 
-def certify_failure_probability(margins, sigma, n0, n, alpha, bound: Callable = cp_lower) -> np.ndarray:
+def certify_failure_probability(
+    margins, sigma, n0, n, alpha, bound: Callable = cp_lower, cdf: Callable = norm.cdf, draw_scale=None,
+    threshold=None,
+) -> np.ndarray:  # fmt: skip
     """Exact P(CERTIFY fails) per input of :class:`Halfspace` (Cohen's Alg. 1: independent n0 selection
     draws, n estimation draws; ``argmax`` breaks a tie towards class 0). A failure is a certified wrong
-    class, or the true class with a radius above |margin| (⇔ bound > pA)."""
+    class, or the true class with a radius above |margin| (⇔ bound > the p_A that radius needs: pA itself
+    where the certificate is tight on the halfspace, else ``threshold``).
+
+    ``cdf`` is the CDF of the standard noise along x_0 and ``sigma`` its scale; ``draw_scale`` (a bug model)
+    is the scale the engine actually draws at, which sets the counts while the truth stays at ``sigma``."""
     margins = np.asarray(margins, dtype=float)
-    q = norm.cdf(margins / sigma)  # P(f = 1)
-    pa = norm.cdf(np.abs(margins) / sigma)
+    drawn = sigma if draw_scale is None else draw_scale
+    q = cdf(margins / drawn)  # P(f = 1) under the drawn noise
+    p_drawn = cdf(np.abs(margins) / drawn)
+    pa = cdf(np.abs(margins) / sigma) if threshold is None else np.asarray(threshold, dtype=float)
     truth_is_one = margins > 0
     select_one = binom.sf(n0 // 2, n0, q)  # more than half the votes (a tie goes to class 0)
     select_true = np.where(truth_is_one, select_one, 1 - select_one)
-    right = prob_bound_exceeds(n, pa, np.maximum(pa, 0.5), alpha, bound, strict=True)
-    wrong = prob_bound_exceeds(n, 1 - pa, 0.5, alpha, bound, strict=False)
+    right = prob_bound_exceeds(n, p_drawn, np.maximum(pa, 0.5), alpha, bound, strict=True)
+    wrong = prob_bound_exceeds(n, 1 - p_drawn, 0.5, alpha, bound, strict=False)
     return select_true * right + (1 - select_true) * wrong
 
 

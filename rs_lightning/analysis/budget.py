@@ -25,7 +25,8 @@ import numpy as np
 from scipy.special import log_ndtr
 from scipy.stats import binom, norm
 
-from rs_lightning.smoothing.stats import clopper_pearson_lower, radius_from_pa
+from rs_lightning.smoothing.certificate import radius_from_pa
+from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 from .metrics import certified_accuracy
 

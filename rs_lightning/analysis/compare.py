@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rs_lightning.smoothing.certificate import NORMS, Certificate
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS as SPEC_PROTOCOL_KEYS
 from rs_lightning.smoothing.spec import CertificationSpec, protocol_of
-from rs_lightning.smoothing.stats import NORMS, radius_scale
 from rs_lightning.validation import ConfigError
 
 from .budget import class_shares
@@ -67,9 +67,18 @@ class Run:
 
     @property
     def norm(self) -> str:
-        """The ball the ``radius`` column is for: ``l2`` (also every run written before norms existed) or
-        ``linf``."""
+        """The ball the ``radius`` column is for: ``l2`` (also every run written before norms existed),
+        ``l1`` or ``linf``."""
         return str(self.settings.get("norm") or "l2")
+
+    @property
+    def noise(self) -> str:
+        """The smoothing noise (``gaussian`` for every run written before noises existed)."""
+        return str(self.settings.get("noise") or "gaussian")
+
+    @property
+    def certificate(self) -> Certificate:
+        return Certificate(self.noise, self.norm)
 
     @property
     def dim(self) -> int | None:
@@ -79,20 +88,26 @@ class Run:
 
     @property
     def radius_scale(self) -> float | None:
-        """s in radius = s·Φ⁻¹(pA_lower): σ (L2) or σ/√d (L∞); what budget conversions scale radii by."""
-        if self.sigma is None:
+        """s in radius = s·Φ⁻¹(pA_lower) of a Gaussian run: σ (L2, L1) or σ/√d (L∞); what budget
+        conversions scale radii by. None without σ or for another noise."""
+        if self.sigma is None or self.noise != "gaussian":
             return None
-        return radius_scale(self.sigma, self.norm, self.dim)
+        return self.certificate.gaussian_scale(self.sigma, self.dim)
 
     def in_norm(self, norm: str | None, dim: int | None = None) -> Run:
-        """This run with its radii stated in ``norm`` (None: as certified). L2 → L∞ divides by √d (the L∞
-        ball of radius r lies in the L2 ball of radius √d·r); L∞ → L2 multiplies back, which is valid only
-        for Gaussian noise, not for a randomized pipeline (ARS certifies L∞ only). ``dim`` fills in d for
-        runs that record none."""
+        """This run with its radii stated in ``norm`` (None: as certified), for Gaussian runs
+        (:meth:`Certificate.conversion_factor`): L2 → L∞ divides by √d (the L∞ ball of radius r lies in the
+        L2 ball of radius √d·r); L∞ → L2 multiplies back, which is valid only for Gaussian noise, not for a
+        randomized pipeline (ARS certifies L∞ only). ``dim`` fills in d for runs that record none."""
         if norm is None or norm == self.norm:
             return self
         if norm not in NORMS:
             raise ConfigError("--norm", norm, "one of " + ", ".join(NORMS))
+        if self.noise != "gaussian":
+            raise ResultFileError(
+                f"{self.path} certifies {self.noise} noise in {self.norm}: its radii are converted only for "
+                f"Gaussian noise; certify it with norm={norm} instead (if {self.noise} has that certificate)"
+            )
         d = self.dim if self.dim is not None else dim
         if d is None:
             raise ResultFileError(
@@ -105,7 +120,7 @@ class Run:
                 f"{self.path} certifies a randomized pipeline ({self.settings['pipeline'].get('mode')}), "
                 "whose guarantee is L-infinity only: it has no L2 radius; drop --norm l2"
             )
-        factor = 1 / np.sqrt(d) if norm == "linf" else np.sqrt(d)
+        factor = self.certificate.conversion_factor(norm, d)
         rows = {**self.rows, "radius": self.rows["radius"] * factor}
         settings = {**self.settings, "norm": norm, "dim": int(d), "converted_from": self.norm}
         return Run(path=self.path, rows=rows, settings=settings, method=self.method, label=self.label)
@@ -179,7 +194,10 @@ class Run:
 
     def budget_gaps(self) -> list[str]:
         """What the budget conversion needs and this run lacks (empty: it applies)."""
-        needs = (("nA/n columns", self.has_counts), ("sigma", self.sigma), ("alpha", self.alpha))
+        needs = (
+            ("nA/n columns", self.has_counts), ("sigma", self.sigma), ("alpha", self.alpha),
+            ("Gaussian noise (the conversion's radii are s·Φ⁻¹(p))", self.noise == "gaussian"),
+        )  # fmt: skip
         return [name for name, present in needs if not present]
 
     def constant_reference(self) -> tuple[int, float]:
@@ -276,8 +294,9 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
         mode = settings.get("mode", "certify")
         level = float(settings["alpha"]) if mode == "predict" else bound_level(settings)
         mismatch = settings_mismatch(
-            rows, mode, level, settings.get("sigma"), settings.get("norm", "l2"), settings.get("dim")
-        )
+            rows, mode, level, settings.get("sigma"), settings.get("norm"), settings.get("dim"),
+            settings.get("noise"),
+        )  # fmt: skip
         if mismatch is not None:
             raise ResultFileError(
                 f"{tsv} holds {mismatch[0]}, but its settings say {mismatch[1]}: rows of two protocols are "
@@ -433,9 +452,10 @@ def dominance_matrix(group: list[Run], pairs: list[dict]) -> list[list[str]]:
 
 def default_radii(runs: list[Run], step: float | None = None, max_columns: int = 12) -> list[float]:
     """0, step, … up to the largest radius any run certified (step doubled until ≤ ``max_columns``); step
-    None = 0.25 for L2 radii and 1/255 for L∞."""
+    None = the runs' norm's step (0.25 for L2/L1, 1/255 for L∞; 0.25 when they differ)."""
     if step is None:
-        step = 1 / 255 if runs and all(r.norm == "linf" for r in runs) else 0.25
+        steps = {r.certificate.default_step for r in runs}
+        step = steps.pop() if len(steps) == 1 else 0.25
     top = max(float(np.max(r.rows["radius"], initial=0.0)) for r in runs)
     while top / step + 1 > max_columns:
         step *= 2

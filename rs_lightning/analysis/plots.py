@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from rs_lightning.smoothing.certificate import LABELS, STEPS  # noqa: E402
+
 from .metrics import ECDF_GRID, certified_accuracy, pa_ecdf  # noqa: E402
 
 
@@ -25,9 +27,6 @@ def place_legend(ax, entries: int, **kwargs) -> None:
         ax.legend(**kwargs)
 
 
-NORM_LABELS = {"l2": "L2", "linf": "L∞"}
-
-
 def certified_accuracy_figure(
     runs: Mapping[str, tuple[np.ndarray, np.ndarray]],
     max_radius: float | None = None,
@@ -38,7 +37,7 @@ def certified_accuracy_figure(
     ``bands`` maps a label to the half-width of its simultaneous band (the DKW ε of
     :func:`~rs_lightning.analysis.uncertainty.certified_accuracy_bands`), shaded around its curve."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    floor = 0.25 if norm == "l2" else 1 / 255
+    floor = STEPS[norm]
     top = max_radius or max([float(np.max(r, initial=0.0)) for r, _ in runs.values()] + [floor]) * 1.05
     grid = np.linspace(0.0, top, 400)
     for label, (radius, correct) in runs.items():
@@ -48,7 +47,7 @@ def certified_accuracy_figure(
             low, high = np.clip(curve - bands[label], 0, 1), np.clip(curve + bands[label], 0, 1)
             ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
     ax.set(
-        xlabel=f"radius ({NORM_LABELS[norm]}, [0,1] pixel units)",
+        xlabel=f"radius ({LABELS[norm]}, [0,1] pixel units)",
         ylabel="certified accuracy",
         ylim=(0, 1.02),
         xlim=(0, top),

@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import beta
 
+from rs_lightning.smoothing.certificate import of
 from rs_lightning.smoothing.engine import ABSTAIN
-from rs_lightning.smoothing.stats import clopper_pearson_lower, radius_from_pa
+from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 COLUMNS = (
     "idx",
@@ -120,12 +121,15 @@ def certify_rows(result, labels, seconds: float) -> list[dict]:
 
 
 def settings_mismatch(
-    rows: dict, mode: str, alpha: float, sigma: float | None, norm: str, dim: int | None
-) -> tuple[str, str] | None:
+    rows: dict, mode: str, alpha: float, sigma: float | None, norm: str | None, dim: int | None,
+    noise: str | None = None,
+) -> tuple[str, str] | None:  # fmt: skip
     """``(what the rows record, what was expected)`` for the first row whose own values betray another
-    ``alpha``, sigma or norm than given; None when every row agrees (or the columns are absent). CERTIFY rows
+    ``alpha``, sigma, noise or norm than given (None for noise/norm: Gaussian, L2, as runs written before
+    the keys existed); None when every row agrees (or the columns are absent). CERTIFY rows
     record alpha through ``pA_lower`` = the one-sided Clopper–Pearson bound of ``nA`` of ``n`` (Cohen et al.
-    2019, Alg. 1) and sigma/norm through ``radius`` = scale·Φ⁻¹(pA_lower); PREDICT rows abstain exactly where
+    2019, Alg. 1) and sigma/noise/norm through ``radius``, the certificate's radius at pA_lower; PREDICT
+    rows abstain exactly where
     ``pvalue > alpha``. Catches rows of two protocols in one file (a resume after settings.json was lost).
     For CERTIFY, ``alpha`` is the level of each row's bound (``CertificationSpec.bound_alpha``)."""
     idx = rows.get("idx")
@@ -156,15 +160,17 @@ def settings_mismatch(
     if sigma is None:
         return None
     certified = rows["predict"] != ABSTAIN
-    radius = radius_from_pa(expected, sigma, norm, dim)  # full precision: the column keeps 10 digits
+    certificate = of(noise, norm)
+    radius = certificate.radius(expected, sigma, dim)  # full precision: the column keeps 10 digits
     bad = certified & ~np.isclose(rows["radius"], radius, rtol=1e-6, atol=1e-9)
     if not bad.any():
         return None
     j = int(np.argmax(bad))
     return (
         f"radius={rows['radius'][j]:.6g} at pA_lower={rows['pA_lower'][j]:.6g} (idx {int(idx[j])}): another "
-        "sigma or norm",
-        f"sigma={sigma}, norm={norm}, where that pA_lower gives radius {radius[j]:.6g}",
+        "sigma, noise or norm",
+        f"sigma={sigma}, noise={certificate.noise}, norm={certificate.norm}, where that pA_lower gives "
+        f"radius {radius[j]:.6g}",
     )
 
 

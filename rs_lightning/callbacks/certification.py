@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
-from rs_lightning.analysis.metrics import ECDF_GRID, pa_true_label, radius_grid
+from rs_lightning.analysis.metrics import ECDF_GRID, pa_true_label
 from rs_lightning.analysis.plots import pa_ecdf_figure, save_figure
 from rs_lightning.analysis.results import certify_rows
 from rs_lightning.analysis.uncertainty import DEFAULT_BETA, Band, Counts, check_beta, pa_curve_band
@@ -47,10 +47,11 @@ class CertificationCallback(pl.Callback):
         batch_size: forward batch size of the engine.
         seed: noise seed (same meaning as in ``certify.py``).
         radius_step: spacing of the logged certified-accuracy radii (up to the largest certifiable one);
-            null = 0.25 for L2 and 1/255 for L∞.
-        norm: ``l2`` | ``linf``: the ball the logged radii are for; None = L∞ for a method whose certified
-            model is a pipeline (ARS certifies nothing else), else L2 (set ``linf`` to log a Gaussian
-            baseline in the same units as ARS).
+            null = 0.25 for L2/L1 and 1/255 for L∞.
+        norm: ``l2`` | ``l1`` | ``linf``: the ball the logged radii are for; None = L∞ for a method whose
+            certified model is a pipeline (ARS certifies nothing else), else the training noise's own norm
+            (L2 for Gaussian; set ``linf`` to log a Gaussian baseline in the same units as ARS). The noise
+            certified is always the module's training noise (``method.noise``).
         sigma: certification noise; defaults to the method's training sigma.
         precision, channels_last, compile: how the base network is evaluated, as in ``certify.py``.
         sampling, sequential: ``cohen`` (n draws per input) or ``sequential`` (draws stop once the input's
@@ -102,15 +103,26 @@ class CertificationCallback(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         check_precision_supported(self.spec.precision, trainer.strategy.root_device, key=PREFIX + "precision")
 
-    def _norm(self, pl_module: pl.LightningModule) -> str:
+    def _norm(self, pl_module: pl.LightningModule) -> str | None:
+        """The norm given, else L∞ for a pipeline (ARS), else None: the noise's own."""
         pipeline = pipeline_of(getattr(pl_module, "certified_model", pl_module.model))
-        return self.norm or (pipeline.norms[0] if pipeline is not None else "l2")
+        return self.norm or (pipeline.norms[0] if pipeline is not None else None)
+
+    def _spec(self, pl_module: pl.LightningModule) -> CertificationSpec:
+        """The spec at the module's σ (unless one was given) and training noise, in :meth:`_norm`."""
+        spec = self.spec if self.spec.sigma is not None else self.spec.with_sigma(float(pl_module.sigma))
+        noise = str(getattr(pl_module, "noise", "gaussian"))
+        try:
+            return dataclasses.replace(spec, noise=noise, norm=self._norm(pl_module))
+        except ConfigError as err:
+            raise ConfigError(PREFIX + err.key, err.value, err.allowed) from None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A norm the certified model's accounting does not cover is refused before the first epoch."""
         try:
             model = getattr(pl_module, "certified_model", pl_module.model)
-            check_norm_supported(model, self._norm(pl_module))
+            spec = self._spec(pl_module)
+            check_norm_supported(model, spec.norm, spec.noise)
         except ConfigError as err:
             raise ConfigError(PREFIX + err.key, err.value, err.allowed) from None
 
@@ -146,14 +158,13 @@ class CertificationCallback(pl.Callback):
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._due(trainer):
             return
-        spec = self.spec if self.spec.sigma is not None else self.spec.with_sigma(float(pl_module.sigma))
+        spec = self._spec(pl_module)
         model = getattr(pl_module, "certified_model", pl_module.model)
-        spec = dataclasses.replace(spec, norm=self._norm(pl_module))
         dataset = trainer.datamodule.dataset(spec.split)
         indices = self.subset(len(dataset))
         dim = math.prod(trainer.datamodule.input_shape)
         spec = resolve_grid(spec, dim)
-        radii = radius_grid(spec.sigma, spec.n, spec.bound_alpha, self.radius_step, spec.norm, dim)
+        radii = spec.certificate.radius_grid(spec.sigma, spec.n, spec.bound_alpha, self.radius_step, dim)
         device = pl_module.device
         metrics = {
             "pa": PAEstimates(),

@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from torch import nn
 from tqdm import tqdm
 
-from rs_lightning.analysis.metrics import pa_true_label, radius_grid, summarize, summarize_predictions
+from rs_lightning.analysis.metrics import pa_true_label, summarize, summarize_predictions
 from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
 from rs_lightning.analysis.results import (
     COLUMNS,
@@ -233,7 +233,7 @@ def _check_rows_match(table: Path, spec: CertificationSpec, dim: int | None) -> 
                 table, path, f"rows with {found} (idx {int(rows['idx'][j])})", f"n={spec.n}, n0={spec.n0}"
             )
         level = spec.alpha if spec.mode == "predict" else spec.bound_alpha
-        mismatch = settings_mismatch(rows, spec.mode, level, spec.sigma, spec.norm, dim)
+        mismatch = settings_mismatch(rows, spec.mode, level, spec.sigma, spec.norm, dim, spec.noise)
         if mismatch is not None:
             _refuse_rows(table, path, *mismatch)
 
@@ -313,12 +313,13 @@ def resolve_auto(cfg: DictConfig, spec: CertificationSpec, model, x: torch.Tenso
 
 
 def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model) -> CertificationSpec:
-    """``norm=null``: L∞ for a randomized pipeline (ARS certifies only L∞), else L2; an explicit norm must be
-    one the model's accounting certifies (checked before any work)."""
+    """``norm=null``: L∞ for a randomized pipeline (ARS certifies only L∞), else the noise's own norm (the
+    spec's default); an explicit norm and the noise must be ones the model's accounting certifies (checked
+    before any work)."""
     pipeline = pipeline_of(model)
-    if cfg.get("norm") is None:
-        spec = dataclasses.replace(spec, norm=pipeline.norms[0] if pipeline is not None else "l2")
-    check_norm_supported(model, spec.norm)
+    if cfg.get("norm") is None and pipeline is not None and spec.noise == "gaussian":
+        spec = dataclasses.replace(spec, norm=pipeline.norms[0])
+    check_norm_supported(model, spec.norm, spec.noise)
     return spec
 
 
@@ -519,7 +520,7 @@ def finish_run(out: Path, settings: dict, radius_step: float | None = None) -> d
     keep = in_subset(rows["idx"], settings["subset"])
     rows = {k: v[keep] for k, v in rows.items()}
     if certifying:
-        radii = radius_grid(sigma, spec.n, spec.alpha, radius_step, spec.norm, settings.get("dim"))
+        radii = spec.certificate.radius_grid(sigma, spec.n, spec.alpha, radius_step, settings.get("dim"))
         summary = summarize(
             rows["radius"],
             rows["correct"],
@@ -536,7 +537,8 @@ def finish_run(out: Path, settings: dict, radius_step: float | None = None) -> d
     summary["settings"] = settings
     write_json_atomic(out / "summary.json", summary)
     if certifying:
-        label = f"sigma={sigma:g}, n={spec.n}" + {"iss": " (ISS)", "sequential": " (sequential)"}.get(
+        noise = "" if spec.noise == "gaussian" else f", {spec.noise}"
+        label = f"sigma={sigma:g}{noise}, n={spec.n}" + {"iss": " (ISS)", "sequential": " (sequential)"}.get(
             spec.sampling, ""
         )
         save_figure(

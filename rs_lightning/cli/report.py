@@ -66,6 +66,7 @@ from rs_lightning.analysis.uncertainty import (
     paired_certified_accuracy,
 )
 from rs_lightning.analysis.verdicts import compare_entries, describe, radius_counts, run_uncertainty
+from rs_lightning.smoothing.certificate import NORMS, Certificate
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
 from .common import require_writable_dir
@@ -221,11 +222,13 @@ def _sampling(run: Run) -> str | None:
 
 
 def _norm(run: Run) -> str:
-    """``l2``, ``linf (d=3136)``, or ``linf (d=…, from l2)`` for radii converted by ``--norm``."""
-    if run.norm == "l2" and "converted_from" not in run.settings:
-        return "l2"
+    """``l2``, ``linf (d=3136)``, ``linf (d=…, from l2)`` for radii converted by ``--norm``; the noise
+    first when it is not Gaussian (``uniform l1``)."""
+    noise = "" if run.noise == "gaussian" else f"{run.noise} "
     source = run.settings.get("converted_from")
-    return f"{run.norm} (d={run.dim}" + (f", from {source})" if source else ")")
+    if not run.certificate.needs_dim and not source:
+        return noise + run.norm
+    return noise + f"{run.norm} (d={run.dim}" + (f", from {source})" if source else ")")
 
 
 def _protocol_section(runs: list[Run], differences: dict, notes: list[str]) -> list[str]:
@@ -405,7 +408,7 @@ def render_report(runs, differences, table, pairs, budget_rows, budgets, notes, 
     out = ["# Certification report", "", *_protocol_section(runs, differences, notes)]
     out += ["", "## Certified accuracy and ACR (Table-2 style)", ""]
     out += [md_table(headers, [[row[k] for k in headers] for row in table]), ""]
-    norms = sorted({"L∞" if r.norm == "linf" else "L2" for r in runs})
+    norms = sorted({r.certificate.label for r in runs})
     out.append(
         f"`ca@r`: share of inputs certified correct with {'/'.join(norms)} radius ≥ r ([0,1] pixel units); "
         "`y(x)`: share with p̂A ≥ x (true label; wrong or abstained = 0); `acr_lo`/`acr_hi`: the ACR's "
@@ -626,7 +629,7 @@ def parse_args(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
             "--wandb", action="store_true", help="also log the table and plots to W&B (offline)"
         )
         parser.add_argument(
-            "--norm", choices=("l2", "linf"),
+            "--norm", choices=NORMS,
             help="state every run's radii in this ball (default: as certified; l2 -> linf: / sqrt(d))",
         )  # fmt: skip
         parser.add_argument("--dim", type=int, help="input dimension C*H*W for runs that record none")
@@ -741,10 +744,10 @@ def published_report(
     if len(runs) != 1:
         raise ResultFileError(f"{path} holds {len(runs)} certification runs; pass the folder of one")
     run = runs[0]
-    if run.norm != "l2":
+    if run.certificate != Certificate():
         raise ProtocolMismatchError(
-            f"{run.path} holds {run.norm} radii; the published cells are L2 certificates: certify with "
-            "norm=l2"
+            f"{run.path} holds {run.noise} {run.norm} radii; the published cells are Gaussian L2 "
+            "certificates: certify with noise=gaussian norm=l2"
         )
     name, recognized = dataset_of(run.settings.get("data"))
     protocol = run.protocol()

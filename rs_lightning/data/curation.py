@@ -18,11 +18,11 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
-from scipy.stats import norm
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from rs_lightning.data.sampling import ResamplingSampler
+from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.engine import sample_counts
 from rs_lightning.smoothing.noise import Phase
 from rs_lightning.smoothing.soft import frozen_eval
@@ -38,10 +38,11 @@ REWEIGHT_ALPHA = 0.1
 
 
 def radius_weights(p_hat, n: int) -> np.ndarray:
-    """w = Φ⁻¹(CP_lower(⌊n·clip(p̂, 0.75, 1)⌋, n, 0.1)): the certified radius in units of σ at budget n
-    (§3.2 step 3); for n = 16, k = 12…16 gives 0.154, 0.329, 0.526, 0.765, 1.108."""
+    """w = Φ⁻¹(CP_lower(⌊n·clip(p̂, 0.75, 1)⌋, n, 0.1)): the Gaussian L2 certified radius in units of σ at
+    budget n (§3.2 step 3; 0 where the bound is below 1/2); for n = 16, k = 12…16 gives 0.154, 0.329, 0.526,
+    0.765, 1.108."""
     k = np.floor(n * np.clip(np.asarray(p_hat, dtype=np.float64), REWEIGHT_CLIP, 1.0))
-    return norm.ppf(clopper_pearson_lower(k, n, REWEIGHT_ALPHA))
+    return Certificate().radius(clopper_pearson_lower(k, n, REWEIGHT_ALPHA), 1.0)
 
 
 def load_pa_file(path: str | Path, num_train: int) -> np.ndarray:

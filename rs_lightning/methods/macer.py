@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from torch.distributions import Normal
 
+from rs_lightning.smoothing.certificate import gaussian_quantile
 from rs_lightning.smoothing.soft import smoothed_nll, smoothed_softmax
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
@@ -22,7 +22,8 @@ class MACER(SmoothingMethod):
 
     - L_C,i = −log((1/k) Σ_j softmax(z_ij)_{y_i} + 1e−10)  (soft-smoothed CE, β = 1);
     - p̂_i = (1/k) Σ_j softmax(β·z_ij); p_A ≥ p_B its top two, c_i its argmax;
-      ξ_i = Φ⁻¹(p_A) − Φ⁻¹(p_B) (``Normal(0, 1).icdf``), so (σ/2)·ξ_i is the soft radius of Theorem 1;
+      ξ_i = Φ⁻¹(p_A) − Φ⁻¹(p_B) (:func:`~rs_lightning.smoothing.certificate.gaussian_quantile`), so (σ/2)·ξ_i
+      is the soft radius of Theorem 1;
     - L_R,i = (σ/2)·(γ − ξ_i) if c_i = y_i, ξ_i is finite and ξ_i ≤ γ, else 0 (the hinge of the paper's
       surrogate objective; non-finite ξ are masked, never clamped);
     - L = (1/B) Σ_i (L_C,i + λ·L_R,i): divided by B, not B·k.
@@ -88,12 +89,10 @@ class MACER(SmoothingMethod):
         """Σ_i L_R,i over the images that pass the mask; ``logits`` is ``(k, B, K)``."""
         p_hat = smoothed_softmax(self.beta * logits)
         top2, classes = p_hat.topk(2, dim=1)
-        zero = torch.zeros((), device=logits.device, dtype=logits.dtype)
-        normal = Normal(zero, zero + 1)
         with torch.no_grad():
-            xi = normal.icdf(top2[:, 0]) - normal.icdf(top2[:, 1])
+            xi = gaussian_quantile(top2[:, 0]) - gaussian_quantile(top2[:, 1])
             keep = (classes[:, 0] == y) & torch.isfinite(xi) & (xi <= self.gamma)
-        xi = normal.icdf(top2[keep, 0]) - normal.icdf(top2[keep, 1])
+        xi = gaussian_quantile(top2[keep, 0]) - gaussian_quantile(top2[keep, 1])
         self.log("train/macer_active", keep.float().mean(), on_step=False, on_epoch=True, batch_size=len(y))
         return (self.sigma / 2) * (self.gamma - xi).sum()
 

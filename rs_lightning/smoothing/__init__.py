@@ -5,6 +5,7 @@ smoothed = Smooth(model, num_classes=10, sigma=0.25)
 label, radius = smoothed.certify(x, n0=100, n=100_000, alpha=0.001, batch_size=1000)
 """
 
+from .certificate import NOISES, NORMS, Certificate, max_certifiable_radius, radius_from_pa, radius_grid
 from .dataset import certify_dataset, inputs_per_call, run_dataset
 from .engine import (
     ABSTAIN,
@@ -21,22 +22,16 @@ from .pipeline import NoisePipeline
 from .precision import BaseClassifier, NonFiniteLogitsError
 from .smooth import Smooth
 from .spec import CertificationSpec, IssSettings, SequentialSettings
-from .stats import (
-    NORMS,
-    clopper_pearson_interval,
-    clopper_pearson_lower,
-    max_certifiable_radius,
-    radius_from_pa,
-    radius_scale,
-    top_two_pvalue,
-)
+from .stats import clopper_pearson_interval, clopper_pearson_lower, top_two_pvalue
 
 __all__ = [
     "ABSTAIN",
     "NOISE_BLOCK",
+    "NOISES",
     "NORMS",
     "NoisePipeline",
     "BaseClassifier",
+    "Certificate",
     "CertificationSpec",
     "CertifyResult",
     "IssSettings",
@@ -55,7 +50,7 @@ __all__ = [
     "predict_batch",
     "prepare",
     "radius_from_pa",
-    "radius_scale",
+    "radius_grid",
     "run_dataset",
     "sample_counts",
     "top_two_pvalue",

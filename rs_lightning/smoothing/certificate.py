@@ -30,6 +30,7 @@ from scipy.stats import norm as normal
 from rs_lightning.validation import ConfigError
 
 NOISES = ("gaussian", "laplace", "uniform")
+NORMS = ("l2", "l1", "linf")
 NORMS_OF = {"gaussian": ("l2", "l1", "linf"), "laplace": ("l1",), "uniform": ("l1", "linf")}
 """The norms each noise certifies (the first is its own; Gaussian L1/L∞ by the inclusion of balls)."""
 SCALE_OVER_SIGMA = {"gaussian": 1.0, "laplace": 1 / math.sqrt(2), "uniform": math.sqrt(3)}
@@ -37,6 +38,9 @@ SCALE_OVER_SIGMA = {"gaussian": 1.0, "laplace": 1 / math.sqrt(2), "uniform": mat
 LABELS = {"l2": "L2", "l1": "L1", "linf": "L∞"}
 STEPS = {"l2": 0.25, "l1": 0.25, "linf": 1 / 255}
 """Default radius step of reports: 0.25 (L2/L1, as Cohen et al.) and one 8-bit grey level (L∞)."""
+
+
+_PHI_OF_ONE = float(normal.cdf(1.0))
 
 
 def pairs_text() -> str:
@@ -64,6 +68,11 @@ class Certificate:
         return LABELS[self.norm]
 
     @property
+    def needs_dim(self) -> bool:
+        """Whether the radius depends on the input dimension d (the L∞ certificates)."""
+        return self.norm == "linf"
+
+    @property
     def default_step(self) -> float:
         return STEPS[self.norm]
 
@@ -71,12 +80,24 @@ class Certificate:
         """λ, the noise's scale parameter at per-coordinate standard deviation ``sigma``."""
         return SCALE_OVER_SIGMA[self.noise] * float(sigma)
 
+    def gaussian_scale(self, sigma: float, dim: int | None = None) -> float:
+        """s in the Gaussian radius s·Φ⁻¹(p): σ in L2 and L1, σ/√d in L∞ (budget conversions scale by it)."""
+        if self.noise != "gaussian":
+            raise ValueError(f"{self.noise} radii are not s·Φ⁻¹(p_A): only Gaussian ones are")
+        return self.scale(sigma) / math.sqrt(_dim(dim)) if self.norm == "linf" else self.scale(sigma)
+
+    def conversion_factor(self, norm: str, dim: int | None = None) -> float:
+        """What this certificate's radii are multiplied by to state them in ``norm`` — Gaussian only, where
+        every norm's radius is the L2 radius over the inclusion of balls (L2 → L∞: 1/√d, L∞ → L2: √d)."""
+        target = Certificate(self.noise, norm)
+        return target.gaussian_scale(1.0, dim) / self.gaussian_scale(1.0, dim)
+
     def radius(self, pa_lower, sigma: float, dim: int | None = None) -> np.ndarray:
         """The radius in ``norm`` certified by ``pa_lower`` (0 where it is <= 1/2); L∞ needs ``dim``."""
         p = np.clip(np.asarray(pa_lower, dtype=np.float64), 0.5, 1.0)
         lam = self.scale(sigma)
         if self.noise == "gaussian":
-            r = (lam / math.sqrt(_dim(dim)) if self.norm == "linf" else lam) * normal.ppf(p)
+            r = self.gaussian_scale(sigma, dim) * normal.ppf(p)
         elif self.noise == "laplace":
             with np.errstate(divide="ignore"):
                 r = -lam * np.log(2 * (1 - p))
@@ -86,10 +107,37 @@ class Certificate:
             r = 2 * lam * (1 - (1.5 - p) ** (1 / _dim(dim)))
         return np.where(np.asarray(pa_lower) <= 0.5, 0.0, r)
 
+    def threshold(self, radius, sigma: float, dim: int | None = None) -> np.ndarray:
+        """The p_A a lower bound must reach to certify ``radius`` (the inverse of :meth:`radius`; above 1 for
+        a radius no bound can certify)."""
+        r = np.asarray(radius, dtype=np.float64)
+        lam = self.scale(sigma)
+        if self.noise == "gaussian":
+            return normal.cdf(r / self.gaussian_scale(sigma, dim))
+        if self.noise == "laplace":
+            return 1 - 0.5 * np.exp(-r / lam)
+        if self.norm == "l1":
+            return 0.5 + r / (2 * lam)
+        with np.errstate(invalid="ignore"):
+            return np.where(r < 2 * lam, 1.5 - (1 - r / (2 * lam)) ** _dim(dim), np.inf)
+
     def max_radius(self, sigma: float, n: int, alpha: float, dim: int | None = None) -> float:
         """The largest radius CERTIFY can return with ``n`` draws at level ``alpha``: all n agreeing gives
-        the Clopper–Pearson bound α^(1/n)."""
+        the Clopper–Pearson bound α^(1/n) (for Gaussian L2, n = 1e5 and α = 1e-3: 3.811·σ)."""
         return float(self.radius(alpha ** (1.0 / n), sigma, dim))
+
+    def radius_grid(
+        self, sigma: float, n: int, alpha: float, step: float | None = None, dim: int | None = None
+    ) -> np.ndarray:
+        """Radii 0, step, 2·step, … up to :meth:`max_radius` (the certified-accuracy grid of reports and of
+        the sequential sampler); ``step`` None = :attr:`default_step`."""
+        top = self.max_radius(sigma, n, alpha, dim)
+        step = self.default_step if step is None else step
+        return np.round(np.arange(0.0, top + 1e-9, step), 6)
+
+    def unit(self, sigma: float, dim: int | None = None) -> float:
+        """The radius certified by p_A = Φ(1) (σ for Gaussian L2): a natural unit for tolerances."""
+        return float(self.radius(_PHI_OF_ONE, sigma, dim))
 
     def sample(
         self, shape, generator: torch.Generator, device, dtype=torch.float32, out=None
@@ -104,6 +152,43 @@ class Certificate:
         # Laplace by inversion: -sign(v)·ln(1 − 2|v|) for v = u − ½ uniform on (−½, ½)
         v = u.sub_(0.5)
         return v.sign() * -torch.log1p(-2 * v.abs().clamp(max=0.5 - 1e-7))
+
+
+def default_norm(noise: str) -> str:
+    """The norm ``noise`` certifies natively: L2 for Gaussian, L1 for Laplace and uniform."""
+    return NORMS_OF[noise][0] if noise in NORMS_OF else "l2"
+
+
+def of(noise: str | None = None, norm: str | None = None) -> Certificate:
+    """The certificate of a run's recorded ``noise`` and ``norm`` (None, as in runs written before the key
+    existed: Gaussian, L2)."""
+    return Certificate(noise or "gaussian", norm or "l2")
+
+
+def radius_from_pa(pa_lower, sigma: float, norm: str = "l2", dim: int | None = None) -> np.ndarray:
+    """The Gaussian certificate's radius in ``norm`` (Cohen et al. 2019, Thm. 1 with p_B = 1 − p_A): σΦ⁻¹(p)
+    for L2 and L1, σΦ⁻¹(p)/√d for L∞; 0 where p <= 1/2."""
+    return Certificate("gaussian", norm).radius(pa_lower, sigma, dim)
+
+
+def max_certifiable_radius(
+    sigma: float, n: int, alpha: float, norm: str = "l2", dim: int | None = None
+) -> float:
+    """The Gaussian certificate's :meth:`Certificate.max_radius`."""
+    return Certificate("gaussian", norm).max_radius(sigma, n, alpha, dim)
+
+
+def radius_grid(
+    sigma: float, n: int, alpha: float, step: float | None = None, norm: str = "l2", dim: int | None = None
+) -> np.ndarray:
+    """The Gaussian certificate's :meth:`Certificate.radius_grid`."""
+    return Certificate("gaussian", norm).radius_grid(sigma, n, alpha, step, dim)
+
+
+def gaussian_quantile(p: torch.Tensor) -> torch.Tensor:
+    """Φ⁻¹(p) in torch, differentiable (MACER's soft radius, Zhai et al. 2020, Thm. 1): √2·erfinv(2p − 1),
+    the values of ``torch.distributions.Normal(0, 1).icdf``."""
+    return torch.erfinv(2 * p - 1) * math.sqrt(2)
 
 
 def _dim(dim: int | None) -> int:

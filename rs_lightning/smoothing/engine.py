@@ -18,16 +18,14 @@ import torch
 from rs_lightning.validation import ConfigError
 
 from . import sequential
+from .certificate import Certificate
 from .iss import iss_table, pilot_sample_sizes
-from .noise import NOISE_BLOCK, Phase, block_sizes, standard_normal_block
+from .noise import NOISE_BLOCK, Phase, block_sizes, standard_noise_block
 from .pipeline import pipeline_of
 from .precision import BaseClassifier, NonFiniteLogitsError, as_base_classifier, check_precision_supported
 from .spec import CertificationSpec
 from .stats import (
     clopper_pearson_lower,
-    max_certifiable_radius,
-    radius_from_pa,
-    radius_scale,
     top_two_pvalue,
 )
 
@@ -102,6 +100,7 @@ def sample_counts(
     seed: int = 0,
     noise_block: int = NOISE_BLOCK,
     first_block: int | Sequence[int] = 0,
+    noise: Certificate | None = None,
 ) -> torch.Tensor:
     """Count ``argmax model(x_i + sigma * eps)`` per class over ``num_samples`` draws for every input.
 
@@ -116,6 +115,8 @@ def sample_counts(
         num_samples: draws per input, one number for all or one per input.
         first_block: the block of each input's stream the draws start at (one for all or one per input):
             draws ``first_block * noise_block`` onwards, e.g. to continue a sequential estimate.
+        noise: the certificate whose noise is drawn (:mod:`.certificate`), at per-coordinate std ``sigma``
+            (its scale λ); None = Gaussian.
     Returns:
         ``(G, num_classes)`` int64 counts on ``xs.device``.
     Raises:
@@ -140,6 +141,10 @@ def sample_counts(
     owner = torch.empty(capacity, dtype=torch.long, device=device)
     nonfinite = torch.zeros(groups, dtype=torch.long, device=device)
     generator = torch.Generator(device=device)
+    noise = noise if noise is not None else Certificate()
+    scale = noise.scale(sigma)
+    if pipeline is not None and noise.noise != "gaussian":
+        raise ValueError(f"a {type(pipeline).__name__} pipeline draws Gaussian noise, not {noise.noise}")
     filled = 0
 
     def flush() -> None:
@@ -156,25 +161,26 @@ def sample_counts(
     for g, index in enumerate(indices):
         for block, rows in enumerate(block_sizes(per_input[g], noise_block), start=starts[g]):
             fits = capacity - filled >= rows
-            noise = standard_normal_block(
+            draws = standard_noise_block(
                 seed,
                 index,
                 int(phase),
                 block,
                 rows,
                 sample_shape,
+                noise=noise,
                 device=device,
                 dtype=xs.dtype,
                 generator=generator,
                 out=batch[filled : filled + rows] if fits else None,
             )
             if pipeline is None:
-                noise.mul_(sigma).add_(xs[g])
+                draws.mul_(scale).add_(xs[g])
             done = 0
             while done < rows:
                 take = min(rows - done, capacity - filled)
                 if not fits:
-                    batch[filled : filled + take].copy_(noise[done : done + take])
+                    batch[filled : filled + take].copy_(draws[done : done + take])
                 owner[filled : filled + take] = g
                 filled += take
                 done += take
@@ -198,7 +204,7 @@ def check_iss_decline(spec: CertificationSpec, dim: int) -> None:
     where radii are ≈ 0.01)."""
     if spec.sampling != "iss" or spec.iss.decline != "ad":
         return
-    top = max_certifiable_radius(spec.require_sigma(), spec.n, spec.alpha, spec.norm, dim)
+    top = spec.certificate.max_radius(spec.require_sigma(), spec.n, spec.alpha, dim)
     if spec.iss.max_decline >= top:
         raise ConfigError(
             "iss.max_decline", spec.iss.max_decline,
@@ -208,9 +214,15 @@ def check_iss_decline(spec: CertificationSpec, dim: int) -> None:
         )  # fmt: skip
 
 
-def check_norm_supported(model, norm: str) -> None:
-    """ConfigError when ``model`` is a pipeline whose accounting does not certify ``norm`` (ARS: L∞ only)."""
+def check_norm_supported(model, norm: str, noise: str = "gaussian") -> None:
+    """ConfigError when ``model`` is a pipeline whose accounting does not certify ``norm`` (ARS: L∞ only)
+    or draws another noise than ``noise`` (every pipeline draws Gaussian noise)."""
     pipeline = pipeline_of(model)
+    if pipeline is not None and noise != "gaussian":
+        raise ConfigError(
+            "noise", noise, f"gaussian for a {type(pipeline).__name__} pipeline",
+            "its accounting is that of Gaussian noise: pass noise=gaussian",
+        )  # fmt: skip
     if pipeline is not None and norm not in pipeline.norms:
         raise ConfigError(
             "norm", norm, " or ".join(pipeline.norms) + f" for a {type(pipeline).__name__} pipeline",
@@ -253,6 +265,7 @@ def _counts(
         seed=spec.seed,
         noise_block=spec.noise_block,
         first_block=first_block,
+        noise=spec.certificate,
     )
 
 
@@ -275,8 +288,16 @@ def _iss_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
     counts0 = _counts(model, xs, indices, spec, num_classes, Phase.PILOT, k0)
     selected = counts0.argmax(dim=1)
     check_iss_decline(spec, xs[0].numel())
-    scale = radius_scale(spec.sigma, spec.norm, xs[0].numel())  # max_decline is in the spec's norm
-    psi = iss_table(spec.n, spec.alpha, scale, iss.decline, iss.max_decline, iss.granularity)
+    psi = iss_table(
+        spec.n,
+        spec.alpha,
+        spec.certificate,
+        spec.sigma,
+        xs[0].numel(),
+        iss.decline,
+        iss.max_decline,
+        iss.granularity,
+    )  # fmt: skip  (max_decline is in the spec's norm)
     k_hat = pilot_sample_sizes(_pick(counts0, selected).cpu().numpy(), k0, psi, spec.alpha)
     n0 = np.full(xs.shape[0], k0, dtype=np.int64)
     if not iss.reuse_pilot:
@@ -314,7 +335,7 @@ def _sequential_draws(model, xs, indices, spec: CertificationSpec, num_classes: 
         counts.index_add_(0, rows, more)
         return _pick(more, selected.index_select(0, rows)).cpu().numpy()
 
-    targets = sequential.thresholds(spec.sequential.radii, radius_scale(spec.sigma, spec.norm, dim))
+    targets = spec.certificate.threshold(spec.sequential.radii, spec.sigma, dim)
     looks = sequential.look_schedule(spec)
     _, n = sequential.estimate(draw, xs.shape[0], looks, spec.bound_alpha, targets)
     n0 = np.full(xs.shape[0], spec.n0, dtype=np.int64)
@@ -338,7 +359,8 @@ def certify_batch(
       the bound is taken at level α/K (K looks), valid at the data-dependent stop by the union bound.
 
     ``pA_lower`` = one-sided Clopper–Pearson bound at level ``alpha`` (sequential: α/K); abstain (ABSTAIN,
-    radius 0) if it is below 1/2, else radius ``sigma * Phi^-1(pA_lower)`` (``spec.norm="linf"``: divided by
+    radius 0) if it is below 1/2, else the certificate's radius at it (``spec.certificate``; Gaussian L2:
+    ``sigma * Phi^-1(pA_lower)``; ``spec.norm="linf"``: divided by
     √d, d the number of input coordinates). With probability >= 1 - alpha per input, the result abstains or
     equals g(x), and g is constant on the ball of that radius in ``spec.norm``. A
     :class:`~rs_lightning.smoothing.pipeline.NoisePipeline` certifies only the norms its accounting covers.
@@ -346,7 +368,7 @@ def certify_batch(
     if spec.mode != "certify":
         raise ValueError(f"certify_batch needs a spec with mode='certify', got mode={spec.mode!r}")
     sigma = spec.require_sigma()
-    check_norm_supported(model, spec.norm)
+    check_norm_supported(model, spec.norm, spec.noise)
     check_precision_supported(spec.precision, xs.device)
     model = prepare(model, spec)
     draw = {"cohen": _cohen_draws, "iss": _iss_draws, "sequential": _sequential_draws}[spec.sampling]
@@ -359,7 +381,7 @@ def certify_batch(
         index=np.asarray(indices, dtype=np.int64),
         selected=selected,
         predict=np.where(abstain, ABSTAIN, selected),
-        radius=np.where(abstain, 0.0, radius_from_pa(pa_lower, sigma, spec.norm, xs[0].numel())),
+        radius=np.where(abstain, 0.0, spec.certificate.radius(pa_lower, sigma, xs[0].numel())),
         n_a=n_a,
         pa_lower=pa_lower,
         n_a0=n_a0,

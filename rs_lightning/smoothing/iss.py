@@ -1,7 +1,8 @@
 """Input-specific sampling (ISS; Chen, Li, Yan, Li & Sheng, AAAI 2022, arXiv 2112.12084).
 
-methods-advanced.md §4.1: with the planning radius R(k, p) = σ·Φ⁻¹(CP_lower(k·p, k, α)) (the one-sided
-Clopper–Pearson bound at the *expected* count k·p), the sample size for a true pA = p is
+Chen et al. 2022, §4 (Alg. 2): with the planning radius R(k, p) = radius(CP_lower(k·p, k, α)) (the one-sided
+Clopper–Pearson bound at the *expected* count k·p, turned into a radius by the run's certificate — σ·Φ⁻¹ for
+Gaussian L2 — :mod:`.certificate`), the sample size for a true pA = p is
 
     ψ(p) = min{k ∈ {g, 2g, …, K} : R(k, p) ≥ t(p)},   t(p) = R(K, p) − c (AD)  or  (1 − c)·R(K, p) (RD),
 
@@ -18,33 +19,40 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from scipy.stats import beta, norm
+from scipy.stats import beta
+from scipy.stats import norm as normal
 
+from .certificate import Certificate
 from .stats import clopper_pearson_interval
 
 PA_GRID = np.round(np.linspace(0.5, 1.0, 501), 3)
+_ONE_SIGMA = float(normal.cdf(1.0))
 """The p grid of ψ (as in the authors' ``generate_iss``)."""
 
 
-def planning_radius(k, p, sigma: float, alpha: float) -> np.ndarray:
-    """R(k, p) = σ·Φ⁻¹(CP_lower(k·p, k, α)) at the non-integer expected count k·p (may be negative)."""
+def planning_radius(
+    k, p, alpha: float, certificate: Certificate, sigma: float, dim: int | None
+) -> np.ndarray:
+    """R(k, p): the certificate's radius at CP_lower(k·p, k, α), the bound at the non-integer expected count
+    k·p (0 where that bound is below 1/2)."""
     k = np.asarray(k, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
     successes = k * p
     with np.errstate(invalid="ignore", divide="ignore"):
         lower = beta.ppf(alpha, np.maximum(successes, 1e-300), k - successes + 1)
-    return sigma * norm.ppf(np.where(successes <= 0, 0.0, lower))
+    return certificate.radius(np.where(successes <= 0, 0.0, lower), sigma, dim)
 
 
 @lru_cache(maxsize=32)
-def _psi_cached(n: int, alpha: float, sigma: float, decline: str, max_decline: float, granularity: int):
+def _psi_cached(n, alpha, certificate, sigma, dim, decline, max_decline, granularity):
     sizes = np.arange(granularity, n + 1, granularity, dtype=np.float64)
     if sizes.size == 0 or sizes[-1] != n:
         sizes = np.append(sizes, float(n))
-    full = planning_radius(n, PA_GRID, sigma, alpha)
+    full = planning_radius(n, PA_GRID, alpha, certificate, sigma, dim)
     target = full - max_decline if decline == "ad" else (1.0 - max_decline) * full
-    radii = planning_radius(sizes[:, None], PA_GRID[None, :], sigma, alpha)  # (sizes, grid)
-    ok = radii >= target[None, :] - 1e-12 * sigma
+    radii = planning_radius(sizes[:, None], PA_GRID[None, :], alpha, certificate, sigma, dim)  # (sizes, grid)
+    unit = float(certificate.radius(_ONE_SIGMA, sigma, dim))  # σ for Gaussian L2: the radius of p = Φ(1)
+    ok = radii >= target[None, :] - 1e-12 * unit
     first = np.where(ok.any(axis=0), ok.argmax(axis=0), sizes.size - 1)
     psi = sizes[first].astype(np.int64)
     psi[target <= 0] = 0
@@ -53,10 +61,12 @@ def _psi_cached(n: int, alpha: float, sigma: float, decline: str, max_decline: f
 
 
 def iss_table(
-    n: int, alpha: float, sigma: float, decline: str, max_decline: float, granularity: int
-) -> np.ndarray:
+    n: int, alpha: float, certificate: Certificate, sigma: float, dim: int | None, decline: str,
+    max_decline: float, granularity: int,
+) -> np.ndarray:  # fmt: skip
     """ψ on :data:`PA_GRID` (int64, read-only); computed once per setting with scipy, then cached."""
-    return _psi_cached(int(n), float(alpha), float(sigma), str(decline), float(max_decline), int(granularity))
+    return _psi_cached(int(n), float(alpha), certificate, float(sigma), None if dim is None else int(dim),
+                       str(decline), float(max_decline), int(granularity))  # fmt: skip
 
 
 def sample_sizes_for_interval(psi: np.ndarray, p_low, p_up) -> np.ndarray:

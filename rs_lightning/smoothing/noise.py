@@ -13,6 +13,8 @@ from enum import IntEnum
 import numpy as np
 import torch
 
+from .certificate import Certificate
+
 NOISE_BLOCK = 256
 """Draws per independently seeded block; part of the reproducibility protocol, do not change lightly."""
 
@@ -39,6 +41,33 @@ def block_sizes(num_samples: int, block: int = NOISE_BLOCK) -> list[int]:
     """Sizes of the blocks that make up ``num_samples`` draws (all full but possibly the last)."""
     full, rest = divmod(num_samples, block)
     return [block] * full + ([rest] if rest else [])
+
+
+def standard_noise_block(
+    seed: int,
+    index: int,
+    phase: int,
+    block: int,
+    rows: int,
+    shape: tuple[int, ...],
+    *,
+    noise: Certificate,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    generator: torch.Generator | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``rows`` draws of the standard noise of ``noise`` (scale 1: N(0, 1), Laplace(0, 1) or U[−1, 1] per
+    coordinate; :meth:`~rs_lightning.smoothing.certificate.Certificate.sample`) for block ``block`` of
+    ``(index, phase)``; Gaussian draws are those of :func:`standard_normal_block`."""
+    if noise.noise == "gaussian":
+        return standard_normal_block(
+            seed, index, phase, block, rows, shape, device=device, dtype=dtype, generator=generator, out=out
+        )
+    gen = generator if generator is not None else torch.Generator(device=device)
+    gen.manual_seed(block_seed(seed, index, phase, block))
+    drawn = noise.sample((rows, *shape), gen, device, dtype)
+    return drawn if out is None else out.copy_(drawn)
 
 
 def standard_normal_block(

@@ -13,12 +13,14 @@ stated level (``pA_lower`` = CP(nA, n, α/K), checkable from the row), its price
 (K ≈ 13 looks from n/100 to n at growth 1.5), and it needs no tuning. Evaluating a fixed-n bound at level α
 at every look instead (peeking) fails several times more often than α (tests/smoothing/test_sequential.py).
 
-**The stopping rule** (what the grid is for). With thresholds t_k = Φ(r_k / s) of the grid radii (s = σ for
-L2, σ/√d for L∞), an input stops at the first look where its lower bound has passed the top threshold, or
+**The stopping rule** (what the grid is for). With thresholds t_k the p_A each grid radius r_k needs
+(:meth:`~rs_lightning.smoothing.certificate.Certificate.threshold`; Φ(r_k/σ) for Gaussian L2), an input
+stops at the first look where its lower bound has passed the top threshold, or
 its bucket is decided: LB has passed t_k (or no threshold) and the upper bound UB_j (Clopper–Pearson upper
 at α/K; it only decides when to stop, never enters a certificate) is below t_{k+1} — in particular UB below
 t_0 = ½ shows it abstains. Otherwise it continues, up to ``n``. The certificate at the stop is Cohen's:
-abstain if LB < ½, else radius s·Φ⁻¹(LB), the class from the n0 selection draws (their own stream).
+abstain if LB < ½, else the certificate's radius at LB (σΦ⁻¹(LB) for Gaussian L2), the class from the n0
+selection draws (their own stream).
 """
 
 from __future__ import annotations
@@ -27,18 +29,11 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy.stats import norm as norm_dist
 
 from rs_lightning.validation import ConfigError
 
 from .spec import CertificationSpec, SequentialSettings
-from .stats import (
-    clopper_pearson_lower,
-    clopper_pearson_upper,
-    max_certifiable_radius,
-    radius_grid,
-    radius_scale,
-)
+from .stats import clopper_pearson_lower, clopper_pearson_upper
 
 
 def look_schedule(spec: CertificationSpec) -> np.ndarray:
@@ -56,11 +51,6 @@ def look_schedule(spec: CertificationSpec) -> np.ndarray:
         if look >= n:
             return np.asarray(looks, dtype=np.int64)
         size = look * seq.growth
-
-
-def thresholds(radii, scale: float) -> np.ndarray:
-    """p_A each grid radius needs: Φ(r / s)."""
-    return norm_dist.cdf(np.asarray(radii, dtype=np.float64) / scale)
 
 
 def decided(n_a: np.ndarray, n: np.ndarray, level: float, targets: np.ndarray) -> np.ndarray:
@@ -100,7 +90,7 @@ def estimate(
 
 def largest_radius(spec: CertificationSpec, dim: int) -> float:
     """The largest radius the sequential sampler can certify: all n draws agreeing, bound at α/K."""
-    return max_certifiable_radius(spec.require_sigma(), spec.n, spec.bound_alpha, spec.norm, dim)
+    return spec.certificate.max_radius(spec.require_sigma(), spec.n, spec.bound_alpha, dim)
 
 
 def resolve_grid(spec: CertificationSpec, dim: int) -> CertificationSpec:
@@ -112,21 +102,18 @@ def resolve_grid(spec: CertificationSpec, dim: int) -> CertificationSpec:
     top = largest_radius(spec, dim)
     seq = spec.sequential
     if seq.radii is None:
-        grid = radius_grid(spec.require_sigma(), spec.n, spec.bound_alpha, None, spec.norm, dim)
+        grid = spec.certificate.radius_grid(spec.require_sigma(), spec.n, spec.bound_alpha, None, dim)
         radii = tuple(float(r) for r in grid)
     else:
         radii = seq.radii
         if radii[-1] > top + 1e-12:
             raise ConfigError(
                 "sequential.radii", list(radii),
-                f"radii up to the largest {spec.norm} radius certifiable at n={spec.n} with its looks "
+                f"radii up to the largest {spec.certificate.label} radius certifiable at n={spec.n} with its "
+                "looks "
                 f"(alpha/{len(look_schedule(spec))} per look): {top:.4g}",
                 "drop the larger radii or raise n",
             )  # fmt: skip
     return CertificationSpec.from_dict(
         spec.as_dict() | {"sequential": SequentialSettings(radii, seq.first_look, seq.growth).__dict__}
     )
-
-
-def scale_of(spec: CertificationSpec, dim: int) -> float:
-    return radius_scale(spec.require_sigma(), spec.norm, dim)

@@ -13,7 +13,8 @@ from .spec import CertificationSpec, IssSettings, SequentialSettings
 
 
 class Smooth:
-    """The smoothed classifier g(x) = argmax_c P[f(x + eps) = c], eps ~ N(0, sigma^2 I).
+    """The smoothed classifier g(x) = argmax_c P[f(x + eps) = c], eps ~ N(0, sigma^2 I) (or another noise of
+    per-coordinate standard deviation sigma: ``noise="laplace"|"uniform"``).
 
     Same semantics as Cohen et al. 2019: ``x`` is one input without a batch dimension, in [0,1] pixel
     space (any normalization is the base classifier's first layer). Noise is reproducible: call ``k``
@@ -23,8 +24,10 @@ class Smooth:
     ``precision`` (``"32"``, ``"bf16"``, ``"16"`` on CUDA), ``channels_last`` and ``compile`` choose how the
     base classifier f is evaluated (see :mod:`rs_lightning.smoothing.precision`: the certificate is for f
     at that precision). ``certify(..., sampling="iss", iss=IssSettings(...))`` uses input-specific sampling.
-    ``norm="linf"`` states radii for the L∞ ball (σΦ⁻¹(pA_lower)/√d); a randomized pipeline
-    (:class:`~rs_lightning.smoothing.pipeline.NoisePipeline`, e.g. ARS) as ``base_classifier`` needs it.
+    ``noise`` and ``norm`` select the certificate (:mod:`~rs_lightning.smoothing.certificate`; ``norm`` None =
+    the noise's own: L2 for Gaussian, L1 for the others); ``norm="linf"`` states Gaussian radii for the L∞
+    ball (σΦ⁻¹(pA_lower)/√d), which a randomized pipeline
+    (:class:`~rs_lightning.smoothing.pipeline.NoisePipeline`, e.g. ARS) as ``base_classifier`` needs.
     """
 
     ABSTAIN = ABSTAIN
@@ -39,11 +42,13 @@ class Smooth:
         precision: str = "32",
         channels_last: bool = False,
         compile: bool = False,
-        norm: str = "l2",
+        norm: str | None = None,
+        noise: str = "gaussian",
     ):
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes}")
-        settings = dict(precision=precision, channels_last=channels_last, compile=compile, norm=norm)
+        settings = dict(precision=precision, channels_last=channels_last, compile=compile)
+        settings |= dict(norm=norm, noise=noise)
         base = CertificationSpec(sigma=sigma, seed=seed, **settings)
         self.base_classifier = base_classifier
         self.num_classes = num_classes

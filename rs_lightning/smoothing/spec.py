@@ -4,7 +4,7 @@
 report's protocol check all build, store and compare this object (``as_dict``/``protocol``), with one
 spelling per key. Keys, as users type them: ``sigma n0 n alpha seed batch_size split noise_block mode
 precision channels_last compile sampling norm iss.decline iss.max_decline iss.k0 iss.granularity
-iss.reuse_pilot sequential.radii sequential.first_look sequential.growth``.
+iss.reuse_pilot sequential.radii sequential.first_look sequential.growth noise``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from rs_lightning.validation import ConfigError
 
+from .certificate import NOISES, NORMS, Certificate, default_norm
 from .noise import NOISE_BLOCK
-from .stats import NORMS
 
 MODES = ("certify", "predict")
 PRECISIONS = ("32", "bf16", "16")
@@ -29,14 +29,15 @@ DEFAULT_N0 = 100
 
 PROTOCOL_KEYS = (
     "mode", "n0", "n", "alpha", "seed", "split", "noise_block", "precision", "sampling", "iss", "sequential",
-    "norm",
+    "noise", "norm",
 )  # fmt: skip
 """The settings two runs must share for their rows to be comparable (with the inputs and σ). ``batch_size``,
 ``channels_last`` and ``compile`` change only the floating-point rounding inside the network (as the batch
 size does), not the statistics, so they are recorded but not compared."""
 
 LEGACY_DEFAULTS = {
-    "mode": "certify", "precision": "32", "sampling": "cohen", "iss": None, "sequential": None, "norm": "l2",
+    "mode": "certify", "precision": "32", "sampling": "cohen", "iss": None, "sequential": None,
+    "noise": "gaussian", "norm": "l2",
 }  # fmt: skip
 """Values of keys that runs written before they existed had implicitly (every such run was an fp32
 CERTIFY with Cohen's sampling of L2 radii)."""
@@ -115,8 +116,11 @@ class CertificationSpec:
     ``sigma`` may be None until the checkpoint supplies it (:meth:`with_sigma`); the engine refuses a spec
     without one. ``n0`` defaults to 100 for Cohen's CERTIFY and must stay unset for ``mode=predict`` and
     ``sampling=iss`` (which have no separate selection draws: the ISS pilot selects the class).
-    ``norm`` is the ball the radius is stated for: ``l2`` (σΦ⁻¹(pA_lower)) or ``linf`` (σΦ⁻¹(pA_lower)/√d, d =
-    the number of input coordinates; what an ARS pipeline certifies, extensions.md §1.6).
+    ``noise`` is the smoothing distribution at per-coordinate standard deviation σ (``gaussian``,
+    ``laplace``, ``uniform``) and ``norm`` the ball the radius is stated for (``l2``, ``l1``, ``linf``;
+    None = the noise's own: L2 for Gaussian, L1 for the others); the pair selects the
+    :class:`~rs_lightning.smoothing.certificate.Certificate` (Gaussian L∞: σΦ⁻¹(pA_lower)/√d with d the
+    number of input coordinates, what an ARS pipeline certifies).
     Construction validates every value and raises :class:`~rs_lightning.validation.ConfigError` naming
     the key, the value and the allowed range.
     """
@@ -136,13 +140,16 @@ class CertificationSpec:
     sampling: str = "cohen"
     iss: IssSettings | None = field(default=None)
     sequential: SequentialSettings | None = field(default=None)
-    norm: str = "l2"
+    norm: str | None = None
+    noise: str = "gaussian"
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen dataclass)
         set_("mode", _choice("mode", self.mode, MODES))
         set_("sampling", _choice("sampling", self.sampling, SAMPLINGS))
-        set_("norm", _choice("norm", self.norm, NORMS))
+        set_("noise", _choice("noise", self.noise, NOISES))
+        set_("norm", _choice("norm", default_norm(self.noise) if self.norm is None else self.norm, NORMS))
+        Certificate(self.noise, self.norm)  # a pair without a certificate: one line naming those with one
         if self.sigma is not None:
             sigma = _finite("sigma", self.sigma, "> 0")
             if sigma <= 0:
@@ -268,6 +275,11 @@ class CertificationSpec:
         """The same spec at ``sigma`` (validated)."""
         return dataclasses.replace(self, sigma=sigma)
 
+    @property
+    def certificate(self) -> Certificate:
+        """The noise/norm certificate (:mod:`.certificate`): the noise drawn and the radius stated."""
+        return Certificate(self.noise, self.norm)
+
     def require_sigma(self) -> float:
         if self.sigma is None:
             raise ConfigError("sigma", None, "> 0", "no sigma was given and none was taken from a checkpoint")
@@ -305,7 +317,9 @@ class CertificationSpec:
         if self.n0 is not None:
             parts.append(f"n0={self.n0}")
         parts += [f"n={self.n}", f"alpha={self.alpha:g}"]
-        if self.norm != "l2":
+        if self.noise != "gaussian":
+            parts.append(f"noise={self.noise}")
+        if self.norm != default_norm(self.noise):
             parts.append(f"norm={self.norm}")
         if self.precision != "32":
             parts.append(f"precision={self.precision}")

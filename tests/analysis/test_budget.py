@@ -23,7 +23,8 @@ from rs_lightning.analysis.budget import (
     radius_at_count,
 )
 from rs_lightning.analysis.metrics import true_label_pa
-from rs_lightning.smoothing.stats import clopper_pearson_lower, max_certifiable_radius, radius_from_pa
+from rs_lightning.smoothing.certificate import max_certifiable_radius, radius_from_pa
+from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 SIGMA, ALPHA = 0.5, 0.001
 RADII = np.array([0.0, 0.25, 0.5, 0.75, 1.0, 1.5])

@@ -17,7 +17,8 @@ from rs_lightning.analysis.compare import (
     load_run,
     load_runs,
 )
-from rs_lightning.smoothing.stats import clopper_pearson_lower, radius_from_pa
+from rs_lightning.smoothing.certificate import radius_from_pa
+from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 COHEN_TSV = (
     "idx\tlabel\tpredict\tradius\tcorrect\ttime\n"

@@ -56,7 +56,7 @@ def test_a_folder_of_one_norm_is_not_resumed_with_another(runs, capsys):
     with pytest.raises(ValueError, match="norm"):
         run(runs / "l2", "norm=linf")
     with pytest.raises(ValueError, match="norm"):
-        run(runs / "x", "norm=l1")
+        run(runs / "x", "noise=laplace", "norm=l2")
 
 
 def test_the_report_refuses_mixed_norms_and_converts_on_request(runs, tmp_path, capsys):

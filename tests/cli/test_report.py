@@ -236,7 +236,8 @@ def test_report_flags_an_acr_order_that_contradicts_ecdf_dominance(constant_runs
     """A copy of a run certified at N = 100,000 with p̂ = 1 − 1/N instead of 1: its ECDF is dominated, yet its
     ACR is larger (the radius cap grows with N). Rows are what CERTIFY writes (the report checks them)."""
     from rs_lightning.analysis import COLUMNS, ResultWriter
-    from rs_lightning.smoothing.stats import clopper_pearson_lower, radius_from_pa
+    from rs_lightning.smoothing.certificate import radius_from_pa
+    from rs_lightning.smoothing.stats import clopper_pearson_lower
 
     source = constant_runs["c0"][1]
     boosted, n = tmp_path / "boosted", 100_000

@@ -169,7 +169,8 @@ def test_resume_without_settings_recovers_sigma_from_the_radii(trained_digits, t
     certify(certify_config(tmp_path, trained_digits["checkpoint"], [*SMALL, "max=30"]))  # sigma 0.25
     (tmp_path / "settings.json").unlink()
     overrides = [*SMALL, "sigma=0.5", "override_sigma=true"]
-    with pytest.raises(ConfigError, match=r"another sigma or norm.* this run has sigma=0.5, norm=l2"):
+    expected = r"another sigma, noise or norm.* this run has sigma=0.5, noise=gaussian, norm=l2"
+    with pytest.raises(ConfigError, match=expected):
         certify(certify_config(tmp_path, trained_digits["checkpoint"], overrides))
 
 

@@ -15,8 +15,7 @@ import pytest
 import torch
 from scipy.stats import kstest, laplace, norm, uniform
 
-from rs_lightning.smoothing.certificate import Certificate
-from rs_lightning.smoothing.stats import radius_from_pa
+from rs_lightning.smoothing.certificate import Certificate, radius_from_pa
 from rs_lightning.validation import ConfigError
 
 P = np.array([0.5, 0.5 + 1e-9, 0.6, 0.75, 0.9, 0.99, 0.999, 0.001 ** (1 / 100_000)])
@@ -42,11 +41,14 @@ def test_radii_match_their_closed_forms(noise, norm_, closed_form):
     assert cap == pytest.approx(float(closed_form(0.001 ** (1 / 100_000))), rel=1e-12)
 
 
-def test_the_gaussian_l2_radius_is_the_engines():
-    """The redesign must not move a single Gaussian certificate."""
-    np.testing.assert_array_equal(Certificate().radius(P, SIGMA), radius_from_pa(P, SIGMA))
+def test_the_gaussian_radii_are_bit_identical_to_the_formulas_before_the_redesign():
+    """The redesign must not move a single Gaussian certificate: σΦ⁻¹(p) and σ/√d·Φ⁻¹(p) exactly as the
+    engine computed them before the certificate type existed (0 below 1/2)."""
+    before = lambda scale: np.where(P < 0.5, 0.0, scale * norm.ppf(np.clip(P, 0.5, 1.0)))  # noqa: E731
+    np.testing.assert_array_equal(Certificate().radius(P, SIGMA), before(SIGMA))
+    np.testing.assert_array_equal(radius_from_pa(P, SIGMA), before(SIGMA))
     np.testing.assert_array_equal(
-        Certificate("gaussian", "linf").radius(P, SIGMA, DIM), radius_from_pa(P, SIGMA, "linf", DIM)
+        Certificate("gaussian", "linf").radius(P, SIGMA, DIM), before(SIGMA / float(np.sqrt(DIM)))
     )
 
 

@@ -15,6 +15,7 @@ from stat_testing import Halfspace, cp_lower, halfspace_inputs
 
 from rs_lightning.smoothing import ABSTAIN, CertificationSpec, SequentialSettings, certify_batch
 from rs_lightning.smoothing import sequential as seq
+from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.validation import ConfigError
 
 SIGMA, ALPHA = 0.5, 0.05
@@ -90,7 +91,7 @@ def test_optional_stopping_just_below_a_grid_threshold():
     peeking (a fixed-n bound at level alpha checked at every look and stopped on), whose failure rate is
     simulated here and fails the same limit with probability > 99%."""
     s = spec()
-    looks, targets = seq.look_schedule(s), seq.thresholds(RADII, SIGMA)
+    looks, targets = seq.look_schedule(s), Certificate().threshold(RADII, SIGMA)
     p = np.full(4000, norm.cdf(0.5 / SIGMA) - 1e-4)
     rng = np.random.default_rng(1)
 
@@ -109,7 +110,7 @@ def test_the_stopping_rule_stops_where_the_bucket_is_decided_and_saves_draws():
     """Catches a rule that never stops early (every input at n), or one that stops before the bucket is
     decided (an input between thresholds stopped while its interval still spans one)."""
     s = spec(n=100_000)
-    looks, level, targets = seq.look_schedule(s), s.bound_alpha, seq.thresholds(RADII, SIGMA)
+    looks, level, targets = seq.look_schedule(s), s.bound_alpha, Certificate().threshold(RADII, SIGMA)
     rng = np.random.default_rng(2)
     p = np.r_[np.full(500, 0.9999), np.full(500, 0.35), np.full(500, norm.cdf(0.37 / SIGMA))]
     n_a, n = simulate(p, looks, level, targets, rng)
@@ -222,7 +223,7 @@ def test_bad_sequential_settings_name_the_key(sequential, key):
 
 def test_a_grid_above_the_largest_certifiable_radius_is_refused_and_the_default_is_resolved():
     s = CertificationSpec(sigma=0.25, n=10_000, sampling="sequential", sequential={"radii": [0, 1.0]})
-    with pytest.raises(ConfigError, match=r"sequential.radii=\[0.0, 1.0\].*largest l2 radius certifiable"):
+    with pytest.raises(ConfigError, match=r"sequential.radii=\[0.0, 1.0\].*largest L2 radius certifiable"):
         seq.resolve_grid(s, 64)
     resolved = seq.resolve_grid(CertificationSpec(sigma=0.25, n=100_000, sampling="sequential"), 64)
     assert resolved.sequential.radii == (0.0, 0.25, 0.5, 0.75)  # the report's grid up to the cap 0.93

@@ -33,6 +33,7 @@ from rs_lightning.smoothing import (
     iss_table,
     predict_batch,
 )
+from rs_lightning.smoothing.certificate import Certificate
 
 SIGMA, ALPHA, N0, N = 0.5, 0.05, 64, 1000
 SPREAD_INPUTS, BOUNDARY_INPUTS = 5000, 4000
@@ -187,7 +188,7 @@ def test_iss_at_the_boundary_default_is_sound_and_reusing_the_pilot_is_not():
     estimation stream (its draws then enter the bound too; both certify at ~2·alpha here)."""
     margins = np.zeros(BOUNDARY_INPUTS)
     iss = IssSettings(decline="rd", max_decline=0.05, k0=N // 2, granularity=10)
-    psi = iss_table(N, ALPHA, SIGMA, iss.decline, iss.max_decline, iss.granularity)
+    psi = iss_table(N, ALPHA, Certificate(), SIGMA, None, iss.decline, iss.max_decline, iss.granularity)
     rate = iss_boundary_certify_rate(N, iss.k0, ALPHA, psi)
     limits = binom.ppf(1e-6, BOUNDARY_INPUTS, rate), binom.ppf(1 - 1e-6, BOUNDARY_INPUTS, rate)
     for bug in ("reuse", "prefix"):

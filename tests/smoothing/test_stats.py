@@ -5,11 +5,10 @@ import pytest
 from scipy.stats import beta, binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 
+from rs_lightning.smoothing.certificate import max_certifiable_radius, radius_from_pa
 from rs_lightning.smoothing.stats import (
     clopper_pearson_interval,
     clopper_pearson_lower,
-    max_certifiable_radius,
-    radius_from_pa,
     top_two_pvalue,
 )
 
