@@ -81,7 +81,9 @@ stage_tables() {
     dir="$OUT/certify/$model"
     runs=("$dir/cohen" "$dir/iss_ad005" "$dir/sequential")
     [ -d "$dir/sequential_to_1.5" ] && runs+=("$dir/sequential_to_1.5")
-    $PY scripts/sequential_comparison.py "${runs[@]}" --json "$TABLES/$model.json" | tee "$TABLES/$model.md"
+    # the table lands only when the comparison succeeds (an unfinished run must not leave an empty table)
+    $PY scripts/sequential_comparison.py "${runs[@]}" --json "$TABLES/$model.json" > "$TABLES/$model.md.part"
+    mv "$TABLES/$model.md.part" "$TABLES/$model.md" && cat "$TABLES/$model.md"
     mkdir -p "$TABLES/runs/$model"
     for run in "${runs[@]}"; do
       run=$(basename "$run")
