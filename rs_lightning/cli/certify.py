@@ -280,8 +280,9 @@ def spec_from_config(cfg: DictConfig) -> CertificationSpec:
     """The run's :class:`CertificationSpec` (sigma None until the checkpoint gives it, ``norm=null`` read as
     l2 until :func:`resolve_norm`); validates each key."""
     values = plain(cfg)
-    if values.get("norm") is None:
-        values.pop("norm", None)
+    for key in ("norm", "noise"):  # null: resolved once the checkpoint is loaded
+        if values.get(key) is None:
+            values.pop(key, None)
     for key, placeholder in (("precision", "32"), ("channels_last", False)):  # auto: chosen once loaded
         if str(values.get(key)).lower() == AUTO:
             values[key] = placeholder
@@ -312,10 +313,14 @@ def resolve_auto(cfg: DictConfig, spec: CertificationSpec, model, x: torch.Tenso
     ), chosen
 
 
-def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model) -> CertificationSpec:
-    """``norm=null``: L∞ for a randomized pipeline (ARS certifies only L∞), else the noise's own norm (the
-    spec's default); an explicit norm and the noise must be ones the model's accounting certifies (checked
-    before any work)."""
+def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model, meta: dict) -> CertificationSpec:
+    """``noise=null``: the checkpoint's training noise (Gaussian for checkpoints that predate the key,
+    published ones and parameter-free models). ``norm=null``: L∞ for a randomized pipeline (ARS certifies
+    only L∞), else the noise's own norm; an explicit norm and the noise must be ones the model's accounting
+    certifies (checked before any work)."""
+    if cfg.get("noise") is None:
+        norm = None if cfg.get("norm") is None else spec.norm
+        spec = dataclasses.replace(spec, noise=str(meta.get("noise") or "gaussian"), norm=norm)
     pipeline = pipeline_of(model)
     if cfg.get("norm") is None and pipeline is not None and spec.noise == "gaussian":
         spec = dataclasses.replace(spec, norm=pipeline.norms[0])
@@ -423,7 +428,7 @@ def certify(cfg: DictConfig) -> dict:
         tune_cpu_allocator()
     checkpoint = None if cfg.checkpoint is None else Path(cfg.checkpoint)
     model, meta, datamodule, sigma = load_model_and_data(cfg, checkpoint, device)
-    spec = resolve_norm(cfg, spec.with_sigma(sigma), model)
+    spec = resolve_norm(cfg, spec.with_sigma(sigma), model, meta)
     check_iss_decline(spec, math.prod(datamodule.input_shape))
     spec = resolve_grid(spec, math.prod(datamodule.input_shape))  # sampling=sequential: stored resolved
     if pipeline_of(model) is not None:

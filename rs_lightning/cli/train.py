@@ -8,7 +8,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
@@ -19,6 +19,7 @@ from rs_lightning import __version__
 from rs_lightning.analysis.results import try_flock
 from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.loggers import ResumableCSVLogger, trained_batches
+from rs_lightning.methods.base import SmoothingMethod, check_training_noise
 from rs_lightning.models import build_classifier
 from rs_lightning.models.checkpoint import CHECKPOINT_KEY, check_training_checkpoint
 from rs_lightning.models.registry import MODELS
@@ -26,8 +27,10 @@ from rs_lightning.validation import ConfigError, require_at_least, require_posit
 
 from .common import check_trainer_config, plain, require_writable_dir, tune_cpu_allocator
 
-RESUME_MUST_MATCH = ("sigma", "seed", "method", "model", "data", "optim")
+RESUME_MUST_MATCH = ("sigma", "noise", "seed", "method", "model", "data", "optim")
 """Settings a resumed run must share with its checkpoint (except the keys in ``RESUME_MAY_CHANGE``)."""
+RESUME_DEFAULTS = {"noise": "gaussian"}
+"""Values of keys that checkpoints written before the key existed had implicitly."""
 RESUME_MAY_CHANGE = (
     "optim.max_epochs", "data.num_workers", "data.val_batch_size", "data.root", "data.path",
     "data.source.root", "data.source.path", "data.background_dir",
@@ -47,9 +50,21 @@ def validate_train_config(cfg: DictConfig) -> None:
                 f"rs_lightning/{'models' if key == 'model' else 'data'}/registry.py",
             )  # fmt: skip
     require_positive("sigma", cfg.sigma)
+    _check_noise(cfg)
     require_share("on_nonfinite_loss_max_share", cfg.get("on_nonfinite_loss_max_share", 0.1))
     require_at_least("data.batch_size", cfg.data.batch_size, 1)
     require_at_least("optim.max_epochs", cfg.optim.max_epochs, 1)
+
+
+def _check_noise(cfg: DictConfig) -> None:
+    """The training noise must be one the method trains with (:attr:`SmoothingMethod.noises`); a method
+    class that cannot be imported is left to Hydra's own error when it is built."""
+    try:
+        method = get_class(str(cfg.method._target_))
+    except Exception:  # noqa: BLE001 (reported by instantiate, with Hydra's message)
+        return
+    if isinstance(method, type) and issubclass(method, SmoothingMethod):
+        check_training_noise(method, cfg.get("noise", "gaussian"))
 
 
 def resume_checkpoint(cfg: DictConfig) -> tuple[str | None, dict | None]:
@@ -90,13 +105,16 @@ def _flat(tree, prefix: str = "") -> dict:
     return out
 
 
+def _value(cfg: DictConfig, key: str):
+    value = cfg.get(key, RESUME_DEFAULTS.get(key))
+    return plain(value) if isinstance(value, DictConfig) else value
+
+
 def check_resume_matches(cfg: DictConfig, checkpoint: dict) -> None:
     """Refuse to resume with another method, sigma, model, data, recipe or seed than the checkpoint's."""
     meta = checkpoint[CHECKPOINT_KEY]
-    saved = _flat({key: meta.get(key) for key in RESUME_MUST_MATCH})
-    now = _flat(
-        {key: plain(cfg[key]) if isinstance(cfg[key], DictConfig) else cfg[key] for key in RESUME_MUST_MATCH}
-    )
+    saved = _flat({key: meta.get(key, RESUME_DEFAULTS.get(key)) for key in RESUME_MUST_MATCH})
+    now = _flat({key: _value(cfg, key) for key in RESUME_MUST_MATCH})
     differ = [
         key for key in sorted(set(saved) | set(now))
         if saved.get(key) != now.get(key) and not key.startswith(RESUME_MAY_CHANGE)
@@ -182,6 +200,7 @@ def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
         cfg.method,
         model=build_classifier(net, datamodule.mean, datamodule.std),
         sigma=cfg.sigma,
+        noise=cfg.get("noise", "gaussian"),
         optimizer=instantiate(cfg.optim.optimizer),
         scheduler=instantiate(cfg.optim.scheduler) if cfg.optim.get("scheduler") else None,
         noise_seed=cfg.seed,

@@ -42,6 +42,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from rs_lightning.models.checkpoint import CHECKPOINT_KEY
+from rs_lightning.smoothing.certificate import Certificate, default_norm
 from rs_lightning.smoothing.soft import noisy_logits
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
 
@@ -57,12 +58,27 @@ from .faults import (
 )
 
 
+def check_training_noise(method: type, noise: str) -> None:
+    """ConfigError unless ``noise`` is a known noise that ``method`` (a :class:`SmoothingMethod` class) trains
+    with (:attr:`SmoothingMethod.noises`)."""
+    Certificate(noise, default_norm(noise))  # an unknown noise: one line naming the known ones
+    if noise not in method.noises:
+        raise ConfigError(
+            "noise", noise, " or ".join(method.noises) + f" for method {method.__name__}",
+            "its loss, attack or accounting assumes Gaussian noise; train another noise with method=gaussian "
+            "or method=consistency",
+        )  # fmt: skip
+
+
 class SmoothingMethod(pl.LightningModule):
     """Base of all training methods.
 
     Args:
         model: base classifier f (its first layer is the normalization); maps [0,1] inputs to logits.
-        sigma: noise level in [0,1]-pixel units; Gaussian noise is added before normalization, never clipped.
+        sigma: noise level in [0,1]-pixel units (the noise's per-coordinate standard deviation); the noise is
+            added before normalization, never clipped.
+        noise: the training noise, ``gaussian`` or another one the method allows (:attr:`noises`; Laplace
+            and uniform at standard deviation ``sigma``, :mod:`rs_lightning.smoothing.certificate`).
         optimizer: ``params -> Optimizer`` (a Hydra ``_partial_``).
         scheduler: optional ``optimizer -> LRScheduler``, stepped once per epoch.
         noise_seed: base seed of the training-noise generator; rank r uses ``(noise_seed, r)``.
@@ -76,6 +92,10 @@ class SmoothingMethod(pl.LightningModule):
         scheduler_epoch_offset: k, epochs by which the scheduler runs behind modern per-epoch stepping (see
             the module docstring; ``optim.scheduler_epoch_offset``).
     """
+
+    noises: tuple[str, ...] = ("gaussian",)
+    """The noises this method trains with: Gaussian only unless its loss does not assume the Gaussian form
+    (a radius term, an attack or an accounting tied to it)."""
 
     needs_sample_index: bool = False
     """Set by methods that keep per-sample state: training batches then carry dataset indices."""
@@ -92,8 +112,11 @@ class SmoothingMethod(pl.LightningModule):
         on_nonfinite_loss: str = "stop",
         scheduler_epoch_offset: int = 0,
         on_nonfinite_loss_max_share: float = 0.1,
+        noise: str = "gaussian",
     ) -> None:
         super().__init__()
+        check_training_noise(type(self), noise)
+        self.noise = str(noise)
         self.scheduler_epoch_offset = schedule.epoch_offset(scheduler_epoch_offset)
         require_positive("sigma", sigma)
         require_at_least("num_chunks", num_chunks, 1)
@@ -144,16 +167,18 @@ class SmoothingMethod(pl.LightningModule):
                 self._restored_noise_state = None
         return self._train_generator
 
-    def gaussian_noise(self, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``sigma * N(0, I)`` shaped like ``like``."""
+    def training_noise(self, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The training noise shaped like ``like``: ``sigma * N(0, I)``, or λ times standard Laplace/uniform
+        noise with λ giving standard deviation ``sigma`` (:meth:`Certificate.sample`)."""
         gen = generator or self.noise_generator
-        return self.sigma * torch.randn(like.shape, generator=gen, device=like.device, dtype=like.dtype)
+        noise = Certificate(self.noise, default_norm(self.noise))
+        return noise.scale(self.sigma) * noise.sample(like.shape, gen, like.device, like.dtype)
 
     def draw_noise(self, x: torch.Tensor, m: int) -> torch.Tensor:
         """m draws ``sigma * N(0, I)`` per image of ``x`` ``(B, ...)``, copy-major ``(m, B, ...)``:
         ``noise[j, b]`` is draw j of image b (:mod:`rs_lightning.smoothing.soft`), from the rank's
         training-noise generator in that order."""
-        return self.gaussian_noise(x.unsqueeze(0).expand(m, *x.shape))
+        return self.training_noise(x.unsqueeze(0).expand(m, *x.shape))
 
     def noisy_logits(
         self, x: torch.Tensor, m: int | None = None, *, noise: torch.Tensor | None = None
@@ -317,7 +342,7 @@ class SmoothingMethod(pl.LightningModule):
 
     def noisy_validation_logits(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Logits of the certified model on one noise draw per input (validation)."""
-        return self.model(x + self.gaussian_noise(x, generator))
+        return self.model(x + self.training_noise(x, generator))
 
     def validation_step(self, batch, batch_idx: int) -> None:
         """Accuracy of the base classifier under one noise draw per test input (Cohen et al.'s train.py)."""
@@ -342,7 +367,7 @@ class SmoothingMethod(pl.LightningModule):
     # ----------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         require_finite_weights(self, self.current_epoch, self.global_step)
-        checkpoint[CHECKPOINT_KEY] = {**self.metadata, "sigma": self.sigma}
+        checkpoint[CHECKPOINT_KEY] = {**self.metadata, "sigma": self.sigma, "noise": self.noise}
         checkpoint["rs_lightning_noise_state"] = self.noise_generator.get_state()
         checkpoint["rs_lightning_rng_states"] = global_rng_states()
         checkpoint["rs_lightning_skipped_steps"] = self.skipped_steps

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from rs_lightning.attacks.smoothadv import smoothadv_pgd
+from rs_lightning.smoothing.certificate import NOISES
 from rs_lightning.smoothing.soft import copies_ce, smoothed_softmax, soft_kl
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
@@ -15,7 +16,8 @@ LOSSES = ("default", "xent", "kl", "mse")
 
 
 class Consistency(SmoothingMethod):
-    """Gaussian augmentation plus consistency of the m noisy predictions (methods-core.md §5.1–5.2).
+    """Gaussian augmentation plus consistency of the m noisy predictions (methods-core.md §5.1–5.2). The
+    loss does not assume the Gaussian form: ``noise=laplace|uniform`` draws the m copies from that noise.
 
     Step semantics (train_consistency.py): a loader batch is split into ``num_chunks = m`` chunks of B' = B/m
     images, one optimizer step each. Per chunk, m noises δ_1..δ_m (each shaped like the chunk) are drawn and
@@ -46,6 +48,8 @@ class Consistency(SmoothingMethod):
         warmup: epochs W of linear ε warm-up of the SmoothAdv variant.
         **kwargs: ``model, sigma, optimizer, scheduler, noise_seed, metadata`` of :class:`SmoothingMethod`.
     """
+
+    noises = NOISES
 
     def __init__(
         self,

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from rs_lightning.registry import RegistryError, check_plain
+from rs_lightning.smoothing.certificate import NOISES
 
 from .normalize import Normalize, build_classifier
 from .registry import MODELS
@@ -56,9 +57,10 @@ def _is_number(value: Any) -> bool:
 
 def check_metadata(meta: Any, source: str | os.PathLike) -> dict:
     """The checkpoint's metadata after checking every value a loader uses: ``input_shape`` (C, H, W) of
-    positive ints, ``num_classes`` >= 1, ``sigma`` finite > 0, ``mean``/``std`` None or one finite
-    value per channel with ``std`` > 0, ``pipeline`` plain; a one-line CheckpointError naming ``source`` and
-    the value otherwise. ``model`` and ``data`` are checked where they are built, by the registry."""
+    positive ints, ``num_classes`` >= 1, ``sigma`` finite > 0, ``noise`` (if present) a known noise,
+    ``mean``/``std`` None or one finite value per channel with ``std`` > 0, ``pipeline`` plain; a one-line
+    CheckpointError naming ``source`` and the value otherwise. ``model`` and ``data`` are checked where they
+    are built, by the registry."""
 
     def refuse(what: str) -> CheckpointError:
         return CheckpointError(
@@ -75,6 +77,8 @@ def check_metadata(meta: Any, source: str | os.PathLike) -> dict:
     sigma = meta.get("sigma")
     if not (_is_number(sigma) and sigma > 0):
         raise refuse(f"sigma={sigma!r} is not a finite number > 0")
+    if meta.get("noise", "gaussian") not in NOISES:  # absent: trained before noises existed, Gaussian
+        raise refuse(f"noise={meta.get('noise')!r} is not one of {', '.join(NOISES)}")
     if meta.get("pipeline") is not None and not isinstance(meta["pipeline"], dict):
         raise refuse(f"pipeline={meta['pipeline']!r} is not a mapping")
     mean, std = meta.get("mean"), meta.get("std")

@@ -275,13 +275,13 @@ def test_noise_state_is_applied_on_the_device_the_module_is_on(tmp_path):
     make = lambda: GaussianAugmentation(torch.nn.Linear(2, 2), 0.25, torch.optim.SGD)  # noqa: E731
     saved = make()
     saved.noise_generator.manual_seed(123)
-    saved.gaussian_noise(torch.zeros(5))
+    saved.training_noise(torch.zeros(5))
     state = saved.noise_generator.get_state()
     restored = make()
     _ = restored.noise_generator  # created before the checkpoint is loaded, as in Lightning
     restored.on_load_checkpoint({"rs_lightning_noise_state": state})
     assert restored._train_generator is None  # created anew on the module's device when first used
-    assert torch.equal(restored.gaussian_noise(torch.zeros(7)), saved.gaussian_noise(torch.zeros(7)))
+    assert torch.equal(restored.training_noise(torch.zeros(7)), saved.training_noise(torch.zeros(7)))
 
 
 def test_wandb_resume_keeps_the_run_id_and_the_csv_log(tmp_path, monkeypatch):

@@ -360,7 +360,7 @@ def test_training_loss_is_ce_on_the_sphere_attacked_copies_from_the_attack_epoch
     x, y, _ = _batch(model, 4, wrong=1)
     noise = SIGMA * torch.randn(4 * m, 1, 8, 8, generator=torch.Generator().manual_seed(7))
     copies = noise.view(4, m, 1, 8, 8).transpose(0, 1)  # the method's (m, B, ...) view of the draws
-    method.gaussian_noise = lambda like, generator=None: copies
+    method.training_noise = lambda like, generator=None: copies
     x_rep, y_rep = x.repeat_interleave(m, dim=0), y.repeat_interleave(m)
     method.epoch = 1
     plain = F.cross_entropy(model(x_rep + noise), y_rep)

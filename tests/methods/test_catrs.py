@@ -61,7 +61,7 @@ def _copies(noise):
 
 def _fix(method, noise, k):
     """Fixed noise draws and a fixed Binomial outcome K."""
-    method.gaussian_noise = lambda like, generator=None: _copies(noise)
+    method.training_noise = lambda like, generator=None: _copies(noise)
     method.sample_k = lambda p_hat: torch.as_tensor(k)
 
 
@@ -132,7 +132,7 @@ def test_bottom_k_divides_by_m_and_the_binomial_probability_is_the_noisy_accurac
         seen["p_hat"] = p_hat.clone()
         return torch.tensor([1, 2, 3, 0])
 
-    method.gaussian_noise = lambda like, generator=None: _copies(noise)
+    method.training_noise = lambda like, generator=None: _copies(noise)
     method.sample_k = sample_k
     loss = method.training_loss(x, y, None)
     with torch.no_grad():

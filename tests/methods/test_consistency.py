@@ -31,7 +31,7 @@ def _fix_noise(method: Consistency, noise: torch.Tensor) -> None:
         assert like.shape == noise.shape
         return noise
 
-    method.gaussian_noise = fixed
+    method.training_noise = fixed
 
 
 def _log_softmax(z: np.ndarray) -> np.ndarray:

@@ -47,7 +47,7 @@ def _fix_noise(method: MACER, noise: torch.Tensor) -> None:
         assert like.shape == copies.shape
         return copies
 
-    method.gaussian_noise = fixed
+    method.training_noise = fixed
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:

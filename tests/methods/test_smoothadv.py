@@ -69,7 +69,7 @@ def test_multi_noise_loss_is_mean_ce_over_all_copies_with_the_attack_noise(monke
         return xc + shift
 
     copies = fixed.view(4, m, 1, 8, 8).transpose(0, 1)  # the method's (m, B, ...) view of the draws
-    monkeypatch.setattr(method, "gaussian_noise", lambda like, generator=None: copies)
+    monkeypatch.setattr(method, "training_noise", lambda like, generator=None: copies)
     monkeypatch.setattr(method, "adversarial_examples", fake_attack)
     loss = method.training_loss(x, y)
     x_hat = x + shift
@@ -102,7 +102,7 @@ def test_single_noise_loss_uses_the_first_draw_and_attacks_in_m_chunks(monkeypat
         chunk_sizes.append(len(xc))
         return xc * 0.9
 
-    monkeypatch.setattr(method, "gaussian_noise", fake_noise)
+    monkeypatch.setattr(method, "training_noise", fake_noise)
     monkeypatch.setattr(method, "adversarial_examples", fake_attack)
     loss = method.training_loss(x, y)
     assert chunk_sizes == [2, 2]

@@ -50,7 +50,7 @@ def _fixed(method, noise, lam):
     """Fix the noises (image-major draw of B*m, seen by the method as ``(m, B, ...)``) and λ, and record the
     logged values."""
     logged = {}
-    method.gaussian_noise = lambda like, generator=None: (
+    method.training_noise = lambda like, generator=None: (
         noise.view(like.shape[1], like.shape[0], *like.shape[2:]).transpose(0, 1).to(like)
     )
     method.draw_lambda = lambda like: lam
@@ -312,7 +312,7 @@ def test_a_few_steps_on_digits_reduce_the_loss():
         noise = SIGMA * torch.randn(64, 1, 8, 8, generator=gen)  # 32 images x 2 copies
         _fixed(method, noise, torch.full((32,), 0.25))
         loss = method.training_loss(x[:32], y[:32]).item()
-        for name in ("gaussian_noise", "draw_lambda", "log"):
+        for name in ("training_noise", "draw_lambda", "log"):
             del method.__dict__[name]
         return loss
 
