@@ -22,14 +22,15 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy.special import log_ndtr
-from scipy.stats import binom, norm
+from scipy.stats import binom
 
-from rs_lightning.smoothing.certificate import radius_from_pa
+from rs_lightning.smoothing.certificate import Certificate, radius_from_pa
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 from .metrics import certified_accuracy
 
+GAUSSIAN_L2 = Certificate()
+"""The conversion's radii are s·Φ⁻¹(p) of Gaussian noise; ``sigma`` below is that s (σ, or σ/√d in L∞)."""
 RULES = ("plugin", "expected")
 DEFAULT_TOL = 1e-12
 """Probability mass of n_A ~ Bin(N′, p̂) the ``expected`` rule may leave out in each tail."""
@@ -252,14 +253,14 @@ def constant_classifier_acr(share: float, sigma: float, alpha: float, budget) ->
     budget = np.asarray(budget, dtype=float)
     if np.any(budget < 1):
         raise ValueError(f"N'={budget.min()!r} is invalid: the budget N' must be >= 1")
-    value = share * sigma * norm.isf(-np.expm1(np.log(alpha) / budget))
+    value = share * GAUSSIAN_L2.radius_at_tail(-np.expm1(np.log(alpha) / budget), sigma)
     return float(value) if value.ndim == 0 else value
 
 
 def constant_classifier_budget(acr: float, share: float, sigma: float, alpha: float) -> float:
     """The N at which the constant classifier reaches ``acr``: ln α / ln Φ(acr / (π_c·σ)) (inverse of the
     closed form; e.g. ≈ 4e17 for CIFAR-10's best σ = 1 ACR 0.844, methods-advanced.md §3.1)."""
-    return float(np.log(alpha) / log_ndtr(acr / (share * sigma)))
+    return float(np.log(alpha) / GAUSSIAN_L2.log_threshold(acr / share, sigma))
 
 
 def budget_figure(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rs_lightning.smoothing.certificate import NORMS, Certificate
+from rs_lightning.smoothing.certificate import NORMS, Certificate, default_norm
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS as SPEC_PROTOCOL_KEYS
 from rs_lightning.smoothing.spec import CertificationSpec, protocol_of
 from rs_lightning.validation import ConfigError
@@ -69,7 +69,7 @@ class Run:
     def norm(self) -> str:
         """The ball the ``radius`` column is for: ``l2`` (also every run written before norms existed),
         ``l1`` or ``linf``."""
-        return str(self.settings.get("norm") or "l2")
+        return str(self.settings.get("norm") or default_norm(self.noise))
 
     @property
     def noise(self) -> str:
@@ -115,10 +115,10 @@ class Run:
                 "dimension d = C*H*W, which this run does not record (a Cohen TSV, or certified before "
                 "rs-lightning recorded it): pass --dim D"
             )
-        if norm == "l2" and self.settings.get("pipeline"):
+        if self.settings.get("pipeline"):
             raise ResultFileError(
                 f"{self.path} certifies a randomized pipeline ({self.settings['pipeline'].get('mode')}), "
-                "whose guarantee is L-infinity only: it has no L2 radius; drop --norm l2"
+                f"whose guarantee is L-infinity only: it has no {norm} radius here; drop --norm {norm}"
             )
         factor = self.certificate.conversion_factor(norm, d)
         rows = {**self.rows, "radius": self.rows["radius"] * factor}

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.special import log_ndtr
 from scipy.stats import norm as normal
 
 from rs_lightning.validation import ConfigError
@@ -120,6 +121,32 @@ class Certificate:
             return 0.5 + r / (2 * lam)
         with np.errstate(invalid="ignore"):
             return np.where(r < 2 * lam, 1.5 - (1 - r / (2 * lam)) ** _dim(dim), np.inf)
+
+    def radius_at_tail(self, tail, sigma: float, dim: int | None = None) -> np.ndarray:
+        """:meth:`radius` at p = 1 − ``tail``, computed from the tail so that p within 1e-16 of 1 keeps its
+        precision (e.g. α^(1/N) for budgets N of 10^12 and more); 0 where ``tail`` >= 1/2."""
+        q = np.clip(np.asarray(tail, dtype=np.float64), 0.0, 0.5)
+        lam = self.scale(sigma)
+        if self.noise == "gaussian":
+            r = self.gaussian_scale(sigma, dim) * normal.isf(q)
+        elif self.noise == "laplace":
+            with np.errstate(divide="ignore"):
+                r = -lam * np.log(2 * q)
+        elif self.norm == "l1":
+            r = 2 * lam * (0.5 - q)
+        else:
+            r = 2 * lam * (1 - (0.5 + q) ** (1 / _dim(dim)))
+        return np.where(np.asarray(tail) >= 0.5, 0.0, r)
+
+    def log_threshold(self, radius, sigma: float, dim: int | None = None) -> np.ndarray:
+        """ln :meth:`threshold`, accurate where the threshold is within 1e-16 of 1 (Gaussian: ln Φ(r/s))."""
+        r = np.asarray(radius, dtype=np.float64)
+        if self.noise == "gaussian":
+            return log_ndtr(r / self.gaussian_scale(sigma, dim))
+        if self.noise == "laplace":
+            return np.log1p(-0.5 * np.exp(-r / self.scale(sigma)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(self.threshold(r, sigma, dim))
 
     def max_radius(self, sigma: float, n: int, alpha: float, dim: int | None = None) -> float:
         """The largest radius CERTIFY can return with ``n`` draws at level ``alpha``: all n agreeing gives

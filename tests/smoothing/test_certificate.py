@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy.special import log_ndtr
 from scipy.stats import kstest, laplace, norm, uniform
 
 from rs_lightning.smoothing.certificate import Certificate, radius_from_pa
@@ -92,3 +93,39 @@ def test_pairs_without_a_certificate_are_refused_naming_the_ones_that_have_one()
         Certificate("cauchy", "l1")
     with pytest.raises(ValueError, match="dim"):
         Certificate("uniform", "linf").radius(0.9, SIGMA)
+
+
+PAIRS = [("gaussian", "l2"), ("gaussian", "l1"), ("gaussian", "linf"), ("laplace", "l1"), ("uniform", "l1"),
+         ("uniform", "linf")]  # fmt: skip
+INNER = np.array([0.5 + 1e-6, 0.51, 0.6, 0.75, 0.9, 0.99, 0.999, 0.9999])
+
+
+@pytest.mark.parametrize(("noise", "norm_"), PAIRS)
+def test_threshold_tail_and_log_forms_agree_with_the_radius(noise, norm_):
+    """threshold inverts radius (what the sequential sampler's grid needs); the tail form equals the radius
+    at p = 1 - q; exp(log_threshold) = threshold. Catches an inverse with the wrong scale or d."""
+    c = Certificate(noise, norm_)
+    radii = c.radius(INNER, SIGMA, DIM)
+    np.testing.assert_allclose(c.threshold(radii, SIGMA, DIM), INNER, rtol=1e-9)
+    np.testing.assert_allclose(c.radius_at_tail(1 - INNER, SIGMA, DIM), radii, rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(np.exp(c.log_threshold(radii, SIGMA, DIM)), INNER, rtol=1e-9)
+    assert c.radius_at_tail(0.5, SIGMA, DIM) == 0 and c.radius_at_tail(0.7, SIGMA, DIM) == 0
+
+
+def test_gaussian_tail_and_log_forms_keep_their_precision_near_one():
+    """p = 1 - 1e-20 rounds to 1 in a float (radius inf); the tail form gives sigma * isf(1e-20) and the log
+    form scipy's log_ndtr (the budget conversion relies on both for budgets of 10^12 and more)."""
+    c = Certificate()
+    assert c.radius(1 - 1e-20, SIGMA) == np.inf
+    assert c.radius_at_tail(1e-20, SIGMA) == pytest.approx(SIGMA * norm.isf(1e-20), rel=1e-12)
+    assert c.log_threshold(10.0, SIGMA) == pytest.approx(float(log_ndtr(10.0 / SIGMA)), rel=1e-12)
+
+
+@pytest.mark.parametrize(("noise", "norm_"), PAIRS)
+def test_the_radius_grid_steps_by_the_norms_step_up_to_the_cap(noise, norm_):
+    c = Certificate(noise, norm_)
+    grid = c.radius_grid(SIGMA, 100_000, 0.001, dim=DIM)
+    cap = c.max_radius(SIGMA, 100_000, 0.001, DIM)
+    step = 0.25 if norm_ != "linf" else 1 / 255
+    np.testing.assert_allclose(np.diff(grid), step, atol=1e-6)
+    assert grid[0] == 0 and grid[-1] <= cap < grid[-1] + step
