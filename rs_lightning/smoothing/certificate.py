@@ -50,14 +50,17 @@ def pairs_text() -> str:
 
 @dataclass(frozen=True)
 class Certificate:
-    """The certificate of ``noise`` stated in ``norm`` (validated: a pair without one is refused)."""
+    """The certificate of ``noise`` stated in ``norm`` (None = the noise's own: L2 for Gaussian, L1 for the
+    others; validated: a pair without a certificate is refused)."""
 
     noise: str = "gaussian"
-    norm: str = "l2"
+    norm: str | None = None
 
     def __post_init__(self) -> None:
         if self.noise not in NOISES:
             raise ConfigError("noise", self.noise, "one of " + ", ".join(NOISES))
+        if self.norm is None:
+            object.__setattr__(self, "norm", NORMS_OF[self.noise][0])
         if self.norm not in NORMS_OF[self.noise]:
             raise ConfigError(
                 "norm", self.norm, f"a norm {self.noise} noise certifies",

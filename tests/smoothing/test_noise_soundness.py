@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import beta, binom, laplace
+from scipy.stats import beta, binom, kstest, laplace, uniform
 from stat_testing import (
     Halfspace,
     acceptance_region,
@@ -26,6 +26,8 @@ from stat_testing import (
 )
 
 from rs_lightning.smoothing import ABSTAIN, CertificationSpec, certify_batch
+from rs_lightning.smoothing.certificate import Certificate
+from rs_lightning.smoothing.noise import standard_noise_block
 
 SIGMA, ALPHA, N0, N = 0.5, 0.05, 64, 1000
 INPUTS, BOUNDARY_INPUTS = 4000, 2000
@@ -121,3 +123,36 @@ def test_rows_do_not_depend_on_the_batch_size(noise):
     a, b = certify(margins, noise), certify(margins, noise, batch_size=97)
     np.testing.assert_array_equal(a.counts, b.counts)
     np.testing.assert_array_equal(a.radius, b.radius)
+
+
+@pytest.mark.parametrize(
+    ("noise", "reference"), [("laplace", laplace(scale=1.0)), ("uniform", uniform(loc=-1.0, scale=2.0))]
+)
+def test_the_seeded_streams_draw_the_standard_noise(noise, reference):
+    """First draws of 2,000 inputs' streams (one per input, as the engine reads them) against scipy's law
+    (KS at 1e-4), and the first coordinate of 2,000 blocks of one input. Catches streams that repeat across
+    inputs or blocks (a KS of repeated values fails) and a noise not at scale 1."""
+    first = [
+        standard_noise_block(0, i, 1, 0, 1, (1,), noise=Certificate(noise), device="cpu").item()
+        for i in range(2000)
+    ]
+    blocks = [
+        standard_noise_block(0, 7, 1, b, 1, (1,), noise=Certificate(noise), device="cpu").item()
+        for b in range(2000)
+    ]
+    for draws in (first, blocks):
+        assert kstest(draws, reference.cdf).pvalue > 1e-4
+        assert len(set(draws)) == len(draws)
+
+
+@pytest.mark.parametrize("noise", ["laplace", "uniform"])
+def test_a_part_of_the_inputs_gives_the_same_rows(noise):
+    """Shards and ranks certify parts of the inputs: input i's rows depend on i, not on its neighbours."""
+    margins = margins_of(noise)[::200]
+    xs = halfspace_inputs(margins)
+    spec = CertificationSpec(sigma=SIGMA, n0=N0, n=N, alpha=ALPHA, batch_size=5000, noise=noise)
+    whole = certify_batch(Halfspace(), xs, range(len(margins)), spec, num_classes=2)
+    odd = list(range(1, len(margins), 2))
+    part = certify_batch(Halfspace(), xs[odd], odd, spec, num_classes=2)
+    np.testing.assert_array_equal(whole.counts[odd], part.counts)
+    np.testing.assert_array_equal(whole.radius[odd], part.radius)
