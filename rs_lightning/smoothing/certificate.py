@@ -7,7 +7,9 @@ radius certified by a lower bound p on p_A (with p_B ≤ 1 − p), the largest r
 at level α, the default radius step of reports, and the label of tables.
 
 Radii, with λ the noise's scale (Yang et al. 2020, Table 1 and their code tonyduan/rs4a ``src/noises``;
-Cohen, Rosenfeld & Kolter, ICML 2019, Thm. 1; Teng, Lee & Yuan, ICLR 2020, Thm. 1):
+Cohen, Rosenfeld & Kolter, ICML 2019, Thm. 1; Teng, Lee & Yuan, *ℓ1 Adversarial Robustness
+Certificates: a Randomized Smoothing Approach*, OpenReview 2019 (ICLR 2020 submission), Thm. 1; see
+docs/references.md):
 
 - Gaussian N(0, σ²I), λ = σ: L2 radius σΦ⁻¹(p). By the inclusion of balls it also certifies L1 radius
   σΦ⁻¹(p) (‖δ‖₂ ≤ ‖δ‖₁) and L∞ radius σΦ⁻¹(p)/√d (‖δ‖₂ ≤ √d‖δ‖∞).

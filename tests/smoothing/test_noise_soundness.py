@@ -1,5 +1,5 @@
-"""CERTIFY with Laplace and uniform noise (Teng et al., ICLR 2020; Yang et al., ICML 2020) on the analytic
-halfspace f(x) = 1[x_0 > 0], whose L1 and L∞ distance from x is |x_0|.
+"""CERTIFY with Laplace and uniform noise (Teng et al., OpenReview 2019; Yang et al., ICML 2020) on the
+analytic halfspace f(x) = 1[x_0 > 0], whose L1 and L∞ distance from x is |x_0|.
 
 Along x_0 the noise is λ·ε with ε standard Laplace or uniform on [−1, 1], so p_A = F(|x_0| / λ) with F the
 standard noise's CDF (scipy), and the L1 certificates of both noises are tight there: the radius at the exact
