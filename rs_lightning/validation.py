@@ -9,9 +9,15 @@ class ConfigError(ValueError):
     """A configuration value outside its meaning. Raised before any work starts."""
 
     def __init__(self, key: str, value, allowed: str, hint: str = ""):
-        self.key, self.value, self.allowed = key, value, allowed
+        self.key, self.value, self.allowed, self.hint = key, value, allowed, hint
         message = f"{key}={value!r} is invalid: {key} must be {allowed}"
         super().__init__(message + (f". {hint}" if hint else ""))
+
+    def prefixed(self, prefix: str) -> ConfigError:
+        """The same error for the key under ``prefix`` (e.g. ``callbacks.certification.``), hint kept."""
+        if self.key.startswith(prefix):
+            return self
+        return ConfigError(prefix + self.key, self.value, self.allowed, self.hint)
 
 
 class MissingValueError(ConfigError):
@@ -19,7 +25,7 @@ class MissingValueError(ConfigError):
 
     def __init__(self, keys: str | list[str]):
         keys = [keys] if isinstance(keys, str) else list(keys)
-        self.key, self.value, self.allowed = keys[0], "???", "given"
+        self.key, self.value, self.allowed, self.hint = keys[0], "???", "given", ""
         self.keys = keys
         verb = "is" if len(keys) == 1 else "are"
         ValueError.__init__(

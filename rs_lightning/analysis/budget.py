@@ -253,14 +253,14 @@ def constant_classifier_acr(share: float, sigma: float, alpha: float, budget) ->
     budget = np.asarray(budget, dtype=float)
     if np.any(budget < 1):
         raise ValueError(f"N'={budget.min()!r} is invalid: the budget N' must be >= 1")
-    value = share * GAUSSIAN_L2.radius_at_tail(-np.expm1(np.log(alpha) / budget), sigma)
+    value = GAUSSIAN_L2.radius_at_tail(-np.expm1(np.log(alpha) / budget), share * sigma)
     return float(value) if value.ndim == 0 else value
 
 
 def constant_classifier_budget(acr: float, share: float, sigma: float, alpha: float) -> float:
     """The N at which the constant classifier reaches ``acr``: ln α / ln Φ(acr / (π_c·σ)) (inverse of the
     closed form; e.g. ≈ 4e17 for CIFAR-10's best σ = 1 ACR 0.844, methods-advanced.md §3.1)."""
-    return float(np.log(alpha) / GAUSSIAN_L2.log_threshold(acr / share, sigma))
+    return float(np.log(alpha) / GAUSSIAN_L2.log_threshold(acr, share * sigma))
 
 
 def budget_figure(

@@ -52,11 +52,12 @@ def counts_of(run: Run) -> Counts | None:
 
 
 def entries(runs: Sequence[Run]) -> list[list[Run]]:
-    """Runs grouped into entries: same method and σ with distinct recorded training seeds form one entry;
-    every other run is its own."""
+    """Runs grouped into entries: same method, σ, noise and norm with distinct recorded training seeds form
+    one entry; every other run is its own."""
     groups: dict[tuple, list[Run]] = {}
     for run in runs:
-        key = (run.method or run.name, run.sigma) if run.train_seed is not None else ("run", id(run))
+        same = (run.method or run.name, run.sigma, run.noise, run.norm)
+        key = same if run.train_seed is not None else ("run", id(run))
         groups.setdefault(key, []).append(run)
     out = []
     for group in groups.values():

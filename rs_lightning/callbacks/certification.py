@@ -115,7 +115,7 @@ class CertificationCallback(pl.Callback):
         try:
             return dataclasses.replace(spec, noise=noise, norm=self._norm(pl_module))
         except ConfigError as err:
-            raise ConfigError(PREFIX + err.key, err.value, err.allowed) from None
+            raise err.prefixed(PREFIX) from None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A norm the certified model's accounting does not cover is refused before the first epoch."""
@@ -124,7 +124,7 @@ class CertificationCallback(pl.Callback):
             spec = self._spec(pl_module)
             check_norm_supported(model, spec.norm, spec.noise)
         except ConfigError as err:
-            raise ConfigError(PREFIX + err.key, err.value, err.allowed) from None
+            raise err.prefixed(PREFIX) from None
 
     def _due(self, trainer: pl.Trainer) -> bool:
         epoch = trainer.current_epoch + 1

@@ -441,6 +441,7 @@ def certify(cfg: DictConfig) -> dict:
 
     settings = spec.as_dict() | {
         "train_sigma": None if meta["sigma"] is None else float(meta["sigma"]),
+        "train_noise": meta.get("noise") or "gaussian",
         "sigma_overridden": meta["sigma"] is not None and sigma != float(meta["sigma"]),
         "device": trainer.strategy.root_device.type if distributed else device.type,
         "tf32": tf32_settings(trainer.strategy.root_device if distributed else device),

@@ -370,7 +370,8 @@ def _point_estimate_appendix(runs: list[Run], pairs: list[dict]) -> list[str]:
 def _budget_section(runs: list[Run], budget_rows: list[dict], budgets: list[int]) -> list[str]:
     out = ["## ACR at other budgets N′ (Sun et al. 2025, Appendix B)", ""]
     if not budget_rows:
-        return out + ["No run has nA/n, σ and α: no budget conversion."]
+        gaps = sorted({gap for run in runs for gap in run.budget_gaps()})
+        return out + [f"No budget conversion: no run has all it needs (missing: {'; '.join(gaps)})."]
     cells: dict[tuple[str, str], dict[int, str]] = {}
     for row in budget_rows:
         cells.setdefault((row["run"], row["rule"]), {})[row["budget"]] = (

@@ -95,6 +95,7 @@ class AdaptiveRS(SmoothingMethod):
         keys = ("sigma", "input_shape", "mean", "std", "model")
         expect = {k: self.metadata[k] for k in keys if k in self.metadata}
         expect.setdefault("sigma", self.sigma)
+        expect["noise"] = "gaussian"  # ARS's accounting is Gaussian: another noise's classifier is refused
         weights = classifier_weights(path, "method.classifier_checkpoint", expect)
         try:
             self.model.load_state_dict(weights)

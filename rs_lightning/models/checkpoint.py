@@ -219,9 +219,10 @@ def classifier_weights(path: str | os.PathLike, key: str, expect: dict[str, Any]
     checkpoint = read_checkpoint(path)
     meta = checkpoint[CHECKPOINT_KEY]
     for name, value in expect.items():
-        if meta.get(name) != value:
+        recorded = meta.get(name, "gaussian" if name == "noise" else None)  # no noise recorded: Gaussian
+        if recorded != value:
             raise CheckpointError(
-                f"{key}={str(path)!r} was trained with {name}={meta.get(name)!r}, but this run has "
+                f"{key}={str(path)!r} was trained with {name}={recorded!r}, but this run has "
                 f"{name}={value!r}; pass a checkpoint trained with the same {name}"
             )
     return classifier_state(checkpoint, path)

@@ -164,8 +164,11 @@ class Certificate:
         """Radii 0, step, 2·step, … up to :meth:`max_radius` (the certified-accuracy grid of reports and of
         the sequential sampler); ``step`` None = :attr:`default_step`."""
         top = self.max_radius(sigma, n, alpha, dim)
-        step = self.default_step if step is None else step
-        return np.round(np.arange(0.0, top + 1e-9, step), 6)
+        if step is None:
+            step = self.default_step
+            if top < step:  # e.g. uniform L∞, whose radii are ~2λ·ln 2/d: a tenth of the cap instead of [0]
+                step = float(f"{top / 10:.2g}") if top > 0 else step
+        return np.round(np.arange(0.0, top + 1e-9 * step, step), 9)
 
     def unit(self, sigma: float, dim: int | None = None) -> float:
         """The radius certified by p_A = Φ(1) (σ for Gaussian L2): a natural unit for tolerances."""
@@ -178,12 +181,14 @@ class Certificate:
         per coordinate; the caller multiplies by :meth:`scale`."""
         if self.noise == "gaussian":
             return torch.randn(shape, generator=generator, device=device, dtype=dtype, out=out)
-        u = torch.rand(shape, generator=generator, device=device, dtype=dtype, out=out)
+        # drawn and transformed in float32 (in bf16 a uniform draw is 0 once in 256: ln 0 = -inf), then cast
+        u = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
         if self.noise == "uniform":
-            return u.mul_(2).sub_(1)
-        # Laplace by inversion: -sign(v)·ln(1 − 2|v|) for v = u − ½ uniform on (−½, ½)
-        v = u.sub_(0.5)
-        return v.sign() * -torch.log1p(-2 * v.abs().clamp(max=0.5 - 1e-7))
+            drawn = u.mul_(2).sub_(1)
+        else:  # Laplace by inversion: -sign(v)·ln(1 − 2|v|) for v = u − ½ uniform on (−½, ½)
+            v = u.sub_(0.5)
+            drawn = v.sign() * -torch.log1p(-2 * v.abs().clamp(max=0.5 - 1e-7))
+        return drawn.to(dtype) if out is None else out.copy_(drawn)
 
 
 def default_norm(noise: str) -> str:
@@ -193,8 +198,8 @@ def default_norm(noise: str) -> str:
 
 def of(noise: str | None = None, norm: str | None = None) -> Certificate:
     """The certificate of a run's recorded ``noise`` and ``norm`` (None, as in runs written before the key
-    existed: Gaussian, L2)."""
-    return Certificate(noise or "gaussian", norm or "l2")
+    existed: Gaussian, and the noise's own norm)."""
+    return Certificate(noise or "gaussian", norm)
 
 
 def radius_from_pa(pa_lower, sigma: float, norm: str = "l2", dim: int | None = None) -> np.ndarray:

@@ -26,8 +26,8 @@ from .certificate import Certificate
 from .stats import clopper_pearson_interval
 
 PA_GRID = np.round(np.linspace(0.5, 1.0, 501), 3)
-_ONE_SIGMA = float(normal.cdf(1.0))
 """The p grid of ψ (as in the authors' ``generate_iss``)."""
+_ONE_SIGMA = float(normal.cdf(1.0))
 
 
 def planning_radius(

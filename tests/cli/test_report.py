@@ -174,7 +174,7 @@ def test_old_cohen_tsv_report_says_what_it_cannot_compute(tmp_path):
     assert main([str(tsv), "--out", str(out), "--sigma", "0.25", "--radii", "0", "0.5"]) == 0
     text = (out / "report.md").read_text()
     assert "old Cohen-format TSV without nA/n columns" in text and "pA ECDF" in text
-    assert "No run has nA/n" in text and not list(out.glob("pa_ecdf*.png"))
+    assert "No budget conversion" in text and "nA/n columns" in text and not list(out.glob("pa_ecdf*.png"))
     with (out / "table.csv").open() as f:
         (row,) = list(csv.DictReader(f))
     assert float(row["acr"]) == pytest.approx((0.512 + 0.91) / 3) and row["ca@0.5"] == str(2 / 3)

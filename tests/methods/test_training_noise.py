@@ -80,7 +80,7 @@ def test_a_checkpoint_trained_with_laplace_noise_is_certified_with_it(laplace_ru
     overrides = [f"{k}={v}" for k, v in args.items()] + ["batch_size=200"]
     summary = certify(certify_config(tmp_path, result["checkpoint"], overrides))
     settings = json.loads((tmp_path / "settings.json").read_text())
-    assert settings["noise"] == "laplace" and settings["norm"] == "l1"
+    assert (settings["noise"], settings["norm"], settings["train_noise"]) == ("laplace", "l1", "laplace")
     assert summary["num_inputs"] == 12 and 0 < summary["pa_mean"] < 1
     for key in ("acr", "pa_mean"):
         assert result["metrics"][f"val/{key}"] == pytest.approx(summary[key], abs=1e-6)
@@ -108,3 +108,13 @@ def test_train_refuses_a_noise_the_method_cannot_train_with(tmp_path, overrides,
     done = run_script("train.py", *overrides, f"hydra.run.dir={tmp_path}", "optim.max_epochs=1")
     assert_one_line_error(done, *needles)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_callback_norm_the_training_noise_cannot_certify_is_one_error(tmp_path):
+    """The callback certifies the training noise: norm=l2 with Laplace training is refused before the first
+    epoch, the key named once and the pairs that have a certificate listed."""
+    cfg = train_config(tmp_path, ["noise=laplace", "optim.max_epochs=1", "callbacks.certification.norm=l2"])
+    with pytest.raises(ConfigError) as caught:
+        train(cfg)
+    assert str(caught.value).startswith("callbacks.certification.norm='l2' is invalid")
+    assert "laplace+l1" in str(caught.value) and not (tmp_path / "checkpoints" / "last.ckpt").exists()
