@@ -1,17 +1,20 @@
 """Compare samplers on the same inputs: draws per input, time, certified accuracy at the grid radii.
 
-    python scripts/sequential_comparison.py REFERENCE_RUN RUN... [--radii R ...] [--json FILE]
+    python scripts/sequential_comparison.py REFERENCE_RUN RUN... [--radii R ...] [--json F] [--common-inputs]
 
 The first run is the reference (Cohen's fixed n). The grid is ``--radii``, or that of the first
 ``sampling=sequential`` run among them. For every run: mean draws per input (``samples``: selection and
 estimation), the reference's mean divided by it, seconds per input, and certified accuracy at each radius
 with its difference to the reference in binomial standard errors √(p(1−p)/M) of the reference. Then where
 the draws go: inputs grouped by the reference's radius bucket on the grid, with each run's mean draws there.
+``--common-inputs`` compares the inputs every run has finished (for runs still in progress; the output says
+how many of each run's inputs that is).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -22,6 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rs_lightning.analysis.compare import load_run  # noqa: E402
 from rs_lightning.analysis.metrics import certified_accuracy  # noqa: E402
+
+
+def subset(run, idx):
+    """``run`` restricted to the inputs ``idx`` (sorted), in idx order."""
+    order = np.argsort(run.rows["idx"])
+    keep = order[np.isin(run.rows["idx"][order], idx)]
+    return dataclasses.replace(run, rows={k: v[keep] for k, v in run.rows.items()})
 
 
 def grid_of(runs, radii) -> list[float]:
@@ -39,11 +49,19 @@ def main(argv=None) -> int:
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--radii", nargs="+", type=float)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--common-inputs", action="store_true", help="compare the inputs all runs finished")
     args = parser.parse_args(argv)
     runs = [load_run(p) for p in args.runs]
+    partial = None
+    if args.common_inputs:
+        common = runs[0].rows["idx"]
+        for run in runs[1:]:
+            common = np.intersect1d(common, run.rows["idx"])
+        partial = {str(p): int(r.rows["idx"].size) for p, r in zip(args.runs, runs, strict=True)}
+        runs = [subset(r, common) for r in runs]
     reference = runs[0]
     if any(not np.array_equal(r.rows["idx"], reference.rows["idx"]) for r in runs):
-        raise SystemExit("error: the runs are not on the same inputs (idx differ)")
+        raise SystemExit("error: the runs are not on the same inputs (idx differ): pass --common-inputs")
     radii = grid_of(runs, args.radii)
     m = reference.rows["idx"].size
     ref_acc = certified_accuracy(reference.rows["radius"], reference.rows["correct"], radii)
@@ -53,6 +71,8 @@ def main(argv=None) -> int:
     ref_ok = (reference.rows["predict"] >= 0) & (reference.rows["correct"] == 1)
     bucket = np.where(ref_ok, np.searchsorted(radii, reference.rows["radius"], side="right") - 1, -1)
     out = {"inputs": m, "radii": radii, "runs": []}
+    if partial is not None:
+        out["inputs_of_each_run"] = partial
     for run in runs:
         rows = run.rows
         acc = certified_accuracy(rows["radius"], rows["correct"], radii)
@@ -81,6 +101,8 @@ def main(argv=None) -> int:
     shares = {str(k): float(np.mean(bucket == k)) for k in range(-1, len(radii)) if (bucket == k).any()}
     out["reference_bucket_shares"] = shares
     print(f"{m} inputs; grid {radii}; reference {args.runs[0]}")
+    if partial is not None:
+        print(f"(the inputs all runs finished; each run's own count: {partial})")
     head = (
         "| run | sampling | precision | mean draws | fewer than ref | s/input | ACR | "
         + " | ".join(f"r={r:g}" for r in radii)

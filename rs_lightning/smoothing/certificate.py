@@ -168,7 +168,8 @@ class Certificate:
             step = self.default_step
             if top < step:  # e.g. uniform L∞, whose radii are ~2λ·ln 2/d: a tenth of the cap instead of [0]
                 step = float(f"{top / 10:.2g}") if top > 0 else step
-        return np.round(np.arange(0.0, top + 1e-9 * step, step), 9)
+        digits = max(6, 3 - math.floor(math.log10(step)))  # 6 as always; more for steps below 1e-3
+        return np.round(np.arange(0.0, top + min(1e-9, step * 1e-6), step), digits)
 
     def unit(self, sigma: float, dim: int | None = None) -> float:
         """The radius certified by p_A = Φ(1) (σ for Gaussian L2): a natural unit for tolerances."""
