@@ -25,7 +25,7 @@ from rs_lightning.cli.common import checkpoint_datamodule  # noqa: E402
 from rs_lightning.models.ars import AdaptiveSmoothing, query_sigmas, step2_sigma  # noqa: E402
 from rs_lightning.models.checkpoint import CheckpointError, load_classifier  # noqa: E402
 from rs_lightning.smoothing import Phase  # noqa: E402
-from rs_lightning.smoothing.noise import standard_normal_block  # noqa: E402
+from rs_lightning.smoothing.noise import standard_noise_block  # noqa: E402
 
 
 def mask_figure(pipeline: AdaptiveSmoothing, dataset, indices: list[int], seed: int = 0):
@@ -35,7 +35,7 @@ def mask_figure(pipeline: AdaptiveSmoothing, dataset, indices: list[int], seed: 
     s1, s2_base = query_sigmas(pipeline.sigma, pipeline.first_query_budget_frac)
     for row, idx in zip(axes, indices, strict=True):
         x, label = dataset[idx]
-        noise = standard_normal_block(seed, idx, int(Phase.ESTIMATION), 0, 1, (pipeline.noise_draws, *shape),
+        noise = standard_noise_block(seed, idx, int(Phase.ESTIMATION), 0, 1, (pipeline.noise_draws, *shape),
                                       device=torch.device("cpu"))  # fmt: skip
         with torch.no_grad():
             x_hat, w = pipeline.queries(x[None], noise)

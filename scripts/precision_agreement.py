@@ -26,7 +26,7 @@ from rs_lightning.cli.common import checkpoint_datamodule
 from rs_lightning.data.subset import evenly_spaced, subset_indices
 from rs_lightning.models.checkpoint import load_classifier
 from rs_lightning.smoothing import BaseClassifier, Phase
-from rs_lightning.smoothing.noise import block_sizes, standard_normal_block
+from rs_lightning.smoothing.noise import block_sizes, standard_noise_block
 
 SETTINGS = {
     "bf16": {"precision": "bf16"},
@@ -53,7 +53,7 @@ def sample_agreement(
         x = dataset[index][0]
         seen = {name: 0 for name in settings}
         for block, rows in enumerate(block_sizes(samples)):
-            noise = standard_normal_block(0, index, int(Phase.ESTIMATION), block, rows, tuple(x.shape),
+            noise = standard_noise_block(0, index, int(Phase.ESTIMATION), block, rows, tuple(x.shape),
                                           device=torch.device("cpu"), generator=generator)  # fmt: skip
             noisy = noise.mul_(sigma).add_(x)
             for start in range(0, rows, batch):

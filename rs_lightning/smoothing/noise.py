@@ -15,6 +15,8 @@ import torch
 
 from .certificate import Certificate
 
+GAUSSIAN = Certificate()
+
 NOISE_BLOCK = 256
 """Draws per independently seeded block; part of the reproducibility protocol, do not change lightly."""
 
@@ -51,44 +53,18 @@ def standard_noise_block(
     rows: int,
     shape: tuple[int, ...],
     *,
-    noise: Certificate,
+    noise: Certificate = GAUSSIAN,
     device: torch.device,
     dtype: torch.dtype = torch.float32,
     generator: torch.Generator | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``rows`` draws of the standard noise of ``noise`` (scale 1: N(0, 1), Laplace(0, 1) or U[−1, 1] per
-    coordinate; :meth:`~rs_lightning.smoothing.certificate.Certificate.sample`) for block ``block`` of
-    ``(index, phase)``; Gaussian draws are those of :func:`standard_normal_block`."""
-    if noise.noise == "gaussian":
-        return standard_normal_block(
-            seed, index, phase, block, rows, shape, device=device, dtype=dtype, generator=generator, out=out
-        )
-    gen = generator if generator is not None else torch.Generator(device=device)
-    gen.manual_seed(block_seed(seed, index, phase, block))
-    drawn = noise.sample((rows, *shape), gen, device, dtype)
-    return drawn if out is None else out.copy_(drawn)
-
-
-def standard_normal_block(
-    seed: int,
-    index: int,
-    phase: int,
-    block: int,
-    rows: int,
-    shape: tuple[int, ...],
-    *,
-    device: torch.device,
-    dtype: torch.dtype = torch.float32,
-    generator: torch.Generator | None = None,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``rows`` standard-normal draws of ``shape`` for block ``block`` of ``(index, phase)``.
+    """``rows`` draws of ``shape`` of the standard noise of ``noise`` (scale 1: N(0, 1) by default,
+    Laplace(0, 1) or U[−1, 1] per coordinate; :meth:`~rs_lightning.smoothing.certificate.Certificate.sample`)
+    for block ``block`` of ``(index, phase)``.
 
     ``generator`` (on ``device``) is reseeded and reused to avoid re-creating one per block.
     """
     gen = generator if generator is not None else torch.Generator(device=device)
     gen.manual_seed(block_seed(seed, index, phase, block))
-    if out is not None:
-        return torch.randn((rows, *shape), generator=gen, device=device, dtype=dtype, out=out)
-    return torch.randn((rows, *shape), generator=gen, device=device, dtype=dtype)
+    return noise.sample((rows, *shape), gen, device, dtype, out=out)
