@@ -1,8 +1,8 @@
 """Certified accuracy and ACR at another sampling budget N′, from the per-input counts of one run.
 
-Sun et al. 2025, *Average Certified Radius is a Poor Metric for Randomized Smoothing*, Appendix B
-(methods-advanced.md §3.4): treat each input's p̂_A = n_A/N (true label; 0 if wrong or abstained) as its true
-p_A and ask what CERTIFY would return with N′ estimation draws. Two rules:
+Sun et al. 2025, *Average Certified Radius is a Poor Metric for Randomized Smoothing*, Appendix B (its ECDFs:
+eth-sri/acr-weakness ``data/ecdf/``): treat each input's p̂_A = n_A/N (true label; 0 if wrong or abstained) as
+its true p_A and ask what CERTIFY would return with N′ estimation draws. Two rules:
 
 - ``"plugin"``: the expected count, R_{N′}(p) = σ·Φ⁻¹(CP_lower(round(p·N′), N′, α)) if that bound is ≥ 1/2,
   else 0 (abstain). At N′ = N it reproduces the run's own radii, so its certified accuracy and ACR.
@@ -12,7 +12,7 @@ p_A and ask what CERTIFY would return with N′ estimation draws. Two rules:
   over all N′+1 counts. The n0 selection step is ignored (p̂ = 0 inputs stay at 0).
 
 Both rules are biased upward for N′ > N: inputs with p̂ = 1 are assumed to have p_A = 1. Also here: the
-closed form of the constant classifier's ACR (§3.1, Theorem 1) and a plot of ACR against N′.
+closed form of the constant classifier's ACR (Sun et al. 2025, Theorem 1) and a plot of ACR against N′.
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ def constant_classifier_acr(share: float, sigma: float, alpha: float, budget) ->
 
 def constant_classifier_budget(acr: float, share: float, sigma: float, alpha: float) -> float:
     """The N at which the constant classifier reaches ``acr``: ln α / ln Φ(acr / (π_c·σ)) (inverse of the
-    closed form; e.g. ≈ 4e17 for CIFAR-10's best σ = 1 ACR 0.844, methods-advanced.md §3.1)."""
+    closed form; e.g. ≈ 4e17 for CIFAR-10's best σ = 1 ACR 0.844 of Sun et al. 2025, Table 2)."""
     return float(np.log(alpha) / GAUSSIAN_L2.log_threshold(acr, share * sigma))
 
 

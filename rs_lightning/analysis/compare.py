@@ -1,11 +1,11 @@
 """Compare certification runs: a Table-2-style table, pA-ECDF dominance, and a protocol check.
 
-Sun et al. 2025, *Average Certified Radius is a Poor Metric for Randomized Smoothing* (Table 2 and §3.5 of
-methods-advanced.md): ACR can rank two models against their pA ECDFs, so next to ACR and certified accuracy
-we report, for every pair at the same σ, whether one ECDF lies above the other for every pA ≥ 0.5
-(y_A(x) ≥ y_B(x) on the grid 0.500 … 1.000) or where they cross, and flag each pair whose ACR order
-disagrees with that dominance. Runs are only comparable on the same protocol: the same inputs (idx set),
-n, n0, α, seed, split, precision and sampling (the spec's protocol keys).
+Sun et al. 2025, *Average Certified Radius is a Poor Metric for Randomized Smoothing* (Table 2; its released
+logs: eth-sri/acr-weakness ``data/certify/cifar10/``): ACR can rank two models against their pA ECDFs, so next
+to ACR and certified accuracy we report, for every pair at the same σ, whether one ECDF lies above the other
+for every pA ≥ 0.5 (y_A(x) ≥ y_B(x) on the grid 0.500 … 1.000) or where they cross, and flag each pair whose
+ACR order disagrees with that dominance. Runs are only comparable on the same protocol: the same inputs (idx
+set), n, n0, α, seed, split, precision and sampling (the spec's protocol keys).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The result files ``certify.tsv`` and ``predict.tsv``: append-only, flushed row by row, resumable.
 
-CERTIFY columns (DESIGN.md 'Result files'): Cohen et al.'s ``idx label predict radius correct time`` first,
+CERTIFY columns (README.md, "Output files"): Cohen et al.'s ``idx label predict radius correct time`` first,
 then ``nA n pA_lower pA_hat n0 nA0 samples`` (``n``: estimation draws of this input, which input-specific
 sampling chooses per input; ``samples``: every draw the input cost, selection or pilot included). PREDICT
 columns: ``idx label predict correct time n nA nB pvalue`` (top two counts and the two-sided binomial test's

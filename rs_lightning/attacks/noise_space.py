@@ -27,7 +27,7 @@ def mean_rms(delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def restandardize(delta: torch.Tensor, mean0: torch.Tensor, rms0: torch.Tensor) -> torch.Tensor:
-    """``δ ← μ0 + (δ − mean(δ))·s0 / RMS(δ)`` per sample (CAT-RS ``KL_PGD``, methods-advanced.md §2.2 step 5).
+    """``δ ← μ0 + (δ − mean(δ))·s0 / RMS(δ)`` per sample (alinlab/smoothing-catrs ``KL_PGD``).
 
     The result has per-sample mean exactly ``μ0``; its RMS equals ``s0`` only when ``mean/RMS`` of δ equals
     that of the original draw, i.e. up to O(μ²/s²) terms (negligible for high-dimensional Gaussian draws,
@@ -85,7 +85,8 @@ def kl_noise_pgd(
     steps: int,
     copies: int = 1,
 ) -> torch.Tensor:
-    """CAT-RS worst-case noise (Jeong, Kim & Shin, AAAI 2023; methods-advanced.md §2.2 step 5).
+    """CAT-RS worst-case noise (Jeong, Kim & Shin, AAAI 2023; alinlab/smoothing-catrs
+    ``code/train_catrs.py`` ``KL_PGD``).
 
     Maximises ``(1/copies)·Σ_rows KL(p ‖ softmax(f(x + δ)))`` — Σ_b (1/M) Σ_i KL(p_b ‖ F(x_b + δ_i)) when the
     rows are the M copies of each image — by T steps of length ``a = 2ε/T``; after each step ``δ − δ0`` is
@@ -133,7 +134,7 @@ def sphere_noise_pgd(
     copies: int = 1,
 ) -> torch.Tensor:
     """Adversarial noise of the same L2 norm as each draw, with early stopping (Sun, Mao, Müller & Vechev,
-    ICML 2025, "ACR is a poor metric", eth-sri/acr-weakness ``radius_PGD``; methods-advanced.md §3.2 step 4).
+    ICML 2025, "ACR is a poor metric", eth-sri/acr-weakness ``code/train_utils.py`` ``radius_PGD``).
 
     Starting from δ = δ0, for t = 0..S−1:
 

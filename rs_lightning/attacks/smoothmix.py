@@ -1,6 +1,6 @@
 """SmoothMix's adversarial path on the soft smoothed classifier (Jeong et al., NeurIPS 2021, 2111.09277).
 
-The "SmoothMix-PGD" of jh-jeong/smoothmix ``code/train.py`` (methods-advanced.md §1.1 step 1): unbounded
+The "SmoothMix-PGD" of jh-jeong/smoothmix ``code/train.py`` (``SmoothMix_PGD``): unbounded
 normalized-gradient ascent of ``-log F̄_y`` from the clean input, where F̄ is the softmax averaged over the m
 fixed noise draws. It returns both ends of the mixup segment: the clean side x_c (the iterate at
 ``mix_step``, kept within ``clean_radius`` of x) and the final iterate x̂. Pure torch.

@@ -1,4 +1,5 @@
-"""``soft_labels(cfg)``: CAT-RS preprocessing (Jeong, Kim & Shin, AAAI 2023; methods-advanced.md §2.1).
+"""``soft_labels(cfg)``: CAT-RS preprocessing (Jeong, Kim & Shin, AAAI 2023; alinlab/smoothing-catrs
+``code/smooth_prediction.py``, ``code/datasets.py``).
 
 For every **training** image (split ``train``, i.e. with its augmentation, one augmented draw per image),
 count the checkpoint's hard predictions over ``num_samples`` Gaussian draws and save

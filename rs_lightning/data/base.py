@@ -1,7 +1,7 @@
 """The data-module interface the rest of rs-lightning relies on.
 
 Every module yields ``(x, y)`` with x a float32 CHW tensor in [0,1] (``ToTensor`` convention, no
-normalization: that is the model's first layer, methods-core.md §0) and y an int. Validation uses the
+normalization: that is the model's first layer, as in Cohen et al.'s code) and y an int. Validation uses the
 **test** split, as Cohen et al.'s train.py does.
 """
 
@@ -94,7 +94,7 @@ class RSDataModule(pl.LightningDataModule):
         """Load the splits once; later calls are free."""
         if self._datasets is None:
             self._datasets = self._load()
-            if not self.normalize:  # e.g. MACER's models read raw [0,1] inputs (methods-core.md §0)
+            if not self.normalize:  # e.g. MACER's models read raw [0,1] inputs (RuntianZ/macer model.py)
                 self.mean = self.std = None
 
     def dataset(self, split: str) -> Dataset:

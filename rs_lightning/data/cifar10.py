@@ -1,4 +1,7 @@
-"""CIFAR-10 (methods-core.md §0): train RandomCrop(32, padding=4) + horizontal flip; test ToTensor only."""
+"""CIFAR-10: train RandomCrop(32, padding=4) + horizontal flip; test ToTensor only.
+
+As in locuslab/smoothing ``code/datasets.py``.
+"""
 
 from __future__ import annotations
 

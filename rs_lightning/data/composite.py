@@ -1,11 +1,12 @@
-"""Objects pasted onto larger canvases: the data of Adaptive Randomized Smoothing (extensions.md §1.8).
+"""Objects pasted onto larger canvases: the data of Adaptive Randomized Smoothing (Lyu et al.,
+NeurIPS 2024; ubc-systopia/adaptive-randomized-smoothing ``src/dataset.py``).
 
 A source data module's s×s images (the objects) are placed on k×k canvases over a background: BG-20k-style
 photographs (``background=folder``, the ARS "CIFAR-10 20kBG" benchmark) or clutter made of fragments of
 other training images (``background=clutter``, cluttered MNIST after Mnih et al. 2014 / Ba et al. 2015,
 which runs offline). Train items get a fresh background and position on every access, drawn from the torch
 global RNG (seeded per DataLoader worker by torch, and restored with the checkpoint's RNG state, so resumes
-are exact). Unlike the reference, which redraws test items on every access (extensions.md §1.10 item 7),
+are exact). Unlike the reference, which redraws test items on every access (its ``src/dataset.py``),
 the test split is materialized once at setup: item i's background and position come from
 ``numpy.random.default_rng([seed, 0, i])``, so every method is certified on identical images.
 
@@ -96,8 +97,8 @@ class Layout:
         ]
 
     def _position(self, d: list[int]) -> tuple[int, int]:
-        """Top-left corner. ``edges`` (§1.8): a coin picks the axis, a coin puts that coordinate at 0 or at
-        the pad (the object touches one side), the other is uniform in [0, pad)."""
+        """Top-left corner. ``edges`` (the reference's placement): a coin picks the axis, a coin puts that
+        coordinate at 0 or at the pad (the object touches one side), the other is uniform in [0, pad)."""
         ph, pw = self.k - self.obj[1], self.k - self.obj[2]
         if self.placement == "center":
             return ph // 2, pw // 2
@@ -176,7 +177,7 @@ def build_source(config: Mapping[str, Any] | RSDataModule) -> RSDataModule:
 
 
 class CompositeDataModule(RSDataModule):
-    """Source objects on k×k canvases over folder images or clutter (ARS data, extensions.md §1.8).
+    """Source objects on k×k canvases over folder images or clutter (ARS data, ``src/dataset.py``).
 
     Normalization is the reference's area-weighted mixture: with ρ = s_H·s_W / k², mean = ρ·mean_obj +
     (1−ρ)·mean_bg and std = sqrt(ρ·var_obj + (1−ρ)·var_bg) (the between-component term is left out, as in

@@ -1,6 +1,6 @@
 """Data curation of the ACR-gaming recipe (Sun, Mao, Müller & Vechev, ICML 2025, arXiv 2410.06895, §3.2;
-eth-sri/acr-weakness ``train.py`` / ``train_utils.py``; methods-advanced.md §3.2 steps 2–3): discard hard
-training inputs once, reweight by approximate certified radius every R epochs.
+eth-sri/acr-weakness ``code/train.py`` / ``code/train_utils.py``, ``--ds_hard`` / ``--dataset_weight``):
+discard hard training inputs once, reweight by approximate certified radius every R epochs.
 
 :class:`ACRCuration` is a Lightning callback with its own checkpoint state. It installs a
 :class:`~rs_lightning.data.sampling.ResamplingSampler` as the data module's ``train_sampler`` and estimates
@@ -39,8 +39,8 @@ REWEIGHT_ALPHA = 0.1
 
 def radius_weights(p_hat, n: int) -> np.ndarray:
     """w = Φ⁻¹(CP_lower(⌊n·clip(p̂, 0.75, 1)⌋, n, 0.1)): the Gaussian L2 certified radius in units of σ at
-    budget n (§3.2 step 3; 0 where the bound is below 1/2); for n = 16, k = 12…16 gives 0.154, 0.329, 0.526,
-    0.765, 1.108."""
+    budget n (acr-weakness ``--dataset_weight``; 0 where the bound is below 1/2); for n = 16, k = 12…16 gives
+    0.154, 0.329, 0.526, 0.765, 1.108."""
     k = np.floor(n * np.clip(np.asarray(p_hat, dtype=np.float64), REWEIGHT_CLIP, 1.0))
     return Certificate().radius(clopper_pearson_lower(k, n, REWEIGHT_ALPHA), 1.0)
 

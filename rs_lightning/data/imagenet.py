@@ -1,4 +1,4 @@
-"""ImageNet from class-subfolder trees ``root/train`` and ``root/val`` (methods-core.md §0).
+"""ImageNet from class-subfolder trees ``root/train`` and ``root/val`` (locuslab/smoothing code/datasets.py).
 
 Train: RandomResizedCrop(224), RandomHorizontalFlip, ToTensor. Test: Resize(256), CenterCrop(224), ToTensor.
 Labels follow ImageFolder's sorted class order. ``val`` is required (certification needs only it);

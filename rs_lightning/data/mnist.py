@@ -1,6 +1,6 @@
 """MNIST and Fashion-MNIST (28x28 gray, 10 classes, identity normalization, no augmentation).
 
-MNIST: ToTensor only, no normalization (methods-core.md §0, smoothing-consistency datasets.py).
+MNIST: ToTensor only, no normalization (jh-jeong/smoothing-consistency code/datasets.py).
 Fashion-MNIST falls back to the Debian package ``dataset-fashion-mnist`` (IDX .gz files).
 """
 

@@ -1,7 +1,7 @@
 """A training sampler whose pool (subset) and weights may change between epochs.
 
-Made for the data curation of Sun, Mao, Müller & Vechev (ICML 2025, "Average Certified Radius is a Poor
-Metric for Randomized Smoothing", methods-advanced.md §3.2): discarding hard inputs (``Subset``) and
+Made for the data curation of Sun, Mao, Müller & Vechev (ICML 2025, "Average Certified Radius is a Poor Metric
+for Randomized Smoothing"; eth-sri/acr-weakness ``code/train.py``): discarding hard inputs (``Subset``) and
 resampling by approximate certified radius (``WeightedRandomSampler(num_samples=N_full)``); its owner is
 :class:`rs_lightning.data.curation.ACRCuration`.
 """

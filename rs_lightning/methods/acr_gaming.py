@@ -2,7 +2,8 @@
 Müller & Vechev, ICML 2025, arXiv 2410.06895): Gaussian training plus discarding hard inputs, reweighting by
 approximate certified radius and an adaptive attack on the noise sphere.
 
-Step semantics of eth-sri/acr-weakness ``code/train.py`` / ``train_utils.py`` (methods-advanced.md §3.2–3.3).
+Step semantics of eth-sri/acr-weakness ``code/train.py`` / ``code/train_utils.py`` and its
+``script/*/train_*.sh``.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ CURATION_OPTIONS = tuple(inspect.signature(ACRCuration).parameters)
 
 class ACRGaming(SmoothingMethod):
     """Sun et al. (ICML 2025) §3.2: Gaussian training with m noise copies per image, CE on all B·m copies
-    (mean), one optimizer step per chunk of B/m images (``num_chunks = m``, §0 "m-chunking"), plus three
-    switches that act from the 0-based epoch ``ds_epoch`` = E_ds:
+    (mean), one optimizer step per chunk of B/m images (``num_chunks = m``, as its ``code/train.py``), plus
+    three switches that act from the 0-based epoch ``ds_epoch`` = E_ds:
 
     1. ``discard_hard`` (once, at E_ds) and 2. ``reweight`` (at E_ds and every R epochs after): the data
        curation of :class:`~rs_lightning.data.curation.ACRCuration`, which this module returns from

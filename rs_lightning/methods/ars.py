@@ -1,4 +1,5 @@
-"""Adaptive Randomized Smoothing training (Lyu et al., NeurIPS 2024; extensions.md §1.7).
+"""Adaptive Randomized Smoothing training (Lyu et al., NeurIPS 2024;
+ubc-systopia/adaptive-randomized-smoothing ``src/train.py`` and ``src/configs/*.yaml``).
 
 End to end, one loss: cross-entropy on the logits of the certified pipeline (:mod:`rs_lightning.models.ars`)
 with reparameterized noise, so the gradient reaches the mask network through m₂, through σ₂(‖w‖) and
@@ -7,8 +8,8 @@ the classifier's (``optim.optimizer`` / ``optim.scheduler``, the recipe) and the
 (``method.mask_optimizer`` / ``method.mask_scheduler``), both stepped every batch, their schedulers every
 epoch. ``train_classifier=false`` is the reference's mask-only stage (``--resume_mask_only``): the classifier
 (e.g. from ``classifier_checkpoint``, a Gaussian run) is frozen, and so are its BatchNorm statistics (the
-reference lets them drift, §1.10 item 6). ``mode=static`` learns one input-independent mask, clamped to
-[0, 1] after every step (§1.5).
+reference's ``model.train()`` lets them drift). ``mode=static`` learns one input-independent mask, clamped to
+[0, 1] after every step (``src/models/single_query_arch.py``).
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ class AdaptiveRS(SmoothingMethod):
         return torch.randn(shape, generator=gen, device=x.device, dtype=x.dtype)
 
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
-        """CE(F(x, ε), y) with reparameterized noise ε (extensions.md §1.7)."""
+        """CE(F(x, ε), y) with reparameterized noise ε (as ``src/train.py``)."""
         return F.cross_entropy(self._pipeline(x, self.pipeline_noise(x)), y)
 
     def noisy_validation_logits(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -10,7 +10,7 @@ gets its m noisy copies per image from :meth:`noisy_logits` / :meth:`draw_noise`
 chunks of ⌊B / num_chunks⌋ images (the remainder is dropped, as in SmoothAdv's ``train_pgd.py``), and every
 chunk is one optimizer step. ``num_chunks = 1`` (Gaussian, MACER) is one step per loader batch;
 SmoothAdv's multi-noise training, Consistency, SmoothMix and CAT-RS set it to their number of noise draws
-m, so one step sees B/m distinct images × m noises (methods-advanced.md §0 "m-chunking").
+m, so one step sees B/m distinct images × m noises (as their reference training scripts do).
 
 **LR schedule timing.** The scheduler steps once per epoch, shifted by ``scheduler_epoch_offset`` so that
 a recipe's LR drops land where its reference's do (:mod:`rs_lightning.methods.schedule`); :attr:`lr_dropped`

@@ -1,6 +1,7 @@
 """CAT-RS: confidence-aware training of smoothed classifiers (Jeong, Kim & Shin, AAAI 2023, arXiv 2212.09000).
 
-Step semantics of alinlab/smoothing-catrs ``code/train_catrs.py`` (methods-advanced.md §2.2–2.4).
+Step semantics of alinlab/smoothing-catrs ``code/train_catrs.py`` (``train``, ``KL_PGD``) and
+``EXPERIMENTS.MD``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .base import SmoothingMethod
 
 MAKE_SOFT_LABELS = (
     "make it with `python soft_labels.py checkpoint=<Gaussian sigma=0.25 checkpoint> output=<file>.npy` "
-    "(methods-advanced.md §2.1)"
+    "(alinlab/smoothing-catrs code/smooth_prediction.py)"
 )
 
 
@@ -52,8 +53,8 @@ def bottom_k_sum(losses: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 class CATRS(SmoothingMethod):
     """CAT-RS (Jeong, Kim & Shin, AAAI 2023): sample-wise control of the smoothed-classifier target.
 
-    Per chunk of B/M images x with labels y and soft labels p_b (``num_chunks = M``, §0 "m-chunking"),
-    M noises δ_i ~ N(0, σ²I) (methods-advanced.md §2.2):
+    Per chunk of B/M images x with labels y and soft labels p_b (``num_chunks = M``),
+    M noises δ_i ~ N(0, σ²I) (alinlab/smoothing-catrs ``code/train_catrs.py``):
 
     1. z_i = f(x + δ_i) in train mode; p̂_b = (1/M) Σ_i 1[argmax z_i,b = y_b] (or p_b[y_b] with
        ``confidence_mask``).
@@ -66,10 +67,11 @@ class CATRS(SmoothingMethod):
     5. L^high_b = max_i KL(p_b ‖ softmax f(x + δ*_i)) in train mode.
     6. loss = mean_b [L^low_b + λ·1[K_b = M]·L^high_b].
 
-    p_b is the pre-trained σ = 0.25 Gaussian model's hard-prediction frequencies on training image b (§2.1,
-    ``soft_labels.py``), indexed by dataset index (``needs_sample_index``). Training without them is refused
-    unless ``allow_onehot=True`` asks for our **deviation**: p_b = the one-hot label (so KL = CE), which is
-    not the paper's method (it requires the preprocessing pass).
+    p_b is the pre-trained σ = 0.25 Gaussian model's hard-prediction frequencies on training image b
+    (``code/smooth_prediction.py``; here ``soft_labels.py``), indexed by dataset index
+    (``needs_sample_index``). Training without them is refused unless ``allow_onehot=True`` asks for our
+    **deviation**: p_b = the one-hot label (so KL = CE), which is not the paper's method (it requires the
+    preprocessing pass).
 
     Args:
         num_noise_vec: M, noise draws per image and chunks per loader batch (>= 1).

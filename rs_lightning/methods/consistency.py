@@ -16,8 +16,9 @@ LOSSES = ("default", "xent", "kl", "mse")
 
 
 class Consistency(SmoothingMethod):
-    """Gaussian augmentation plus consistency of the m noisy predictions (methods-core.md §5.1–5.2). The
-    loss does not assume the Gaussian form: ``noise=laplace|uniform`` draws the m copies from that noise.
+    """Gaussian augmentation plus consistency of the m noisy predictions (Jeong & Shin, NeurIPS 2020;
+    jh-jeong/smoothing-consistency ``code/consistency.py``, ``code/train_consistency.py``). The loss does not
+    assume the Gaussian form: ``noise=laplace|uniform`` draws the m copies from that noise.
 
     Step semantics (train_consistency.py): a loader batch is split into ``num_chunks = m`` chunks of B' = B/m
     images, one optimizer step each. Per chunk, m noises δ_1..δ_m (each shaped like the chunk) are drawn and
@@ -32,10 +33,10 @@ class Consistency(SmoothingMethod):
     ``xent``: λ·(KL + H) = λ·(1/m) Σ_j CE(p̄, p_j); ``kl``: λ·KL; ``mse``: λ·‖p_i2 − p_i1‖² (m = 2 only).
     η is used by ``default`` only. The CE term always runs over all m copies.
 
-    **SmoothAdv + Consistency** (§5.1 "With SmoothAdv", §5.3): with ``epsilon`` set, x is replaced by the
-    SmoothAdv-PGD point x̂ (eval mode, frozen parameters, ``num_steps`` steps of 2ε_e/T, Consistency's
-    step → project → clamp order) computed with the **same** m noises that enter the loss; ε is warmed up
-    linearly over ``warmup`` epochs as in SmoothAdv.
+    **SmoothAdv + Consistency** (``train_consistency.py --adv-training``, ``EXPERIMENTS.MD``): with
+    ``epsilon`` set, x is replaced by the SmoothAdv-PGD point x̂ (eval mode, frozen parameters, ``num_steps``
+    steps of 2ε_e/T, Consistency's step → project → clamp order) computed with the **same** m noises that
+    enter the loss; ε is warmed up linearly over ``warmup`` epochs as in SmoothAdv.
 
     Args:
         num_noise_vec: m >= 2 noise draws per image = chunks per loader batch (``--num-noise-vec``; the

@@ -13,8 +13,8 @@ from .base import SmoothingMethod
 class GaussianAugmentation(SmoothingMethod):
     """min_theta E_(x,y) E_delta CE(f(x + delta), y): one fresh delta ~ N(0, sigma^2 I) per image per step.
 
-    Loss per step: L = (1/B) sum_i CE(f(x_i + delta_i), y_i) (methods-core.md §2). The loss does not assume
-    the Gaussian: ``noise=laplace|uniform`` trains with that noise at standard deviation sigma (the
+    Loss per step: L = (1/B) sum_i CE(f(x_i + delta_i), y_i) (locuslab/smoothing train.py). The loss does not
+    assume the Gaussian: ``noise=laplace|uniform`` trains with that noise at standard deviation sigma (the
     augmentation Yang et al., ICML 2020, use for every noise).
     """
 

@@ -14,10 +14,11 @@ DEFER_UNTIL_LR_DROP = "lr_drop"
 
 
 class MACER(SmoothingMethod):
-    """Attack-free maximization of the soft smoothed classifier's certified radius (methods-core.md §4.1).
+    """Attack-free maximization of the soft smoothed classifier's certified radius (Zhai et al., ICLR 2020,
+    Theorem 1 and §4; RuntianZ/macer ``macer.py``).
 
-    Per loader batch of B images (``num_chunks = 1``: **one** optimizer step, §4.2), k noisy copies per image
-    in one train-mode forward pass over B·k samples (BN statistics cover all of them;
+    Per loader batch of B images (``num_chunks = 1``: **one** optimizer step, as ``main.py``), k noisy copies
+    per image in one train-mode forward pass over B·k samples (BN statistics cover all of them;
     :meth:`~SmoothingMethod.noisy_logits`); z_ij are the logits of copy j of image i:
 
     - L_C,i = −log((1/k) Σ_j softmax(z_ij)_{y_i} + 1e−10)  (soft-smoothed CE, β = 1);
@@ -41,7 +42,7 @@ class MACER(SmoothingMethod):
         deferred_epochs: ``"lr_drop"``: λ is 0 until the scheduler's first LR drop takes effect — the
             Consistency repo's ``--deferred`` (train_macer.py: λ = 0 while ``epoch <= lr_step_size``, so λ
             switches on with the first drop, at lr 0.001, from epoch 31 of its legacy-stepped StepLR(30) MNIST
-            runs; methods-core.md §4.3); it keeps that structure on any shortened schedule. An integer n: λ
+            runs, ``EXPERIMENTS.MD``); it keeps that structure on any shortened schedule. An integer n: λ
             is 0 in 0-based epochs e < n; 0 = off.
         **kwargs: ``model, sigma, optimizer, scheduler, noise_seed, metadata`` of :class:`SmoothingMethod`.
     """

@@ -7,7 +7,7 @@ that a recipe's LR drops land where its reference's do:
   ``scheduler.step(epoch)`` at the start of each epoch; ACR-gaming's and ARS's ``step()`` after each epoch);
 - k = 1: one epoch later: the reference calls the legacy ``scheduler.step(epoch)`` *after* each epoch
   (Consistency, SmoothMix, CAT-RS and the smoothing-consistency MNIST baselines: StepLR(30) drops from
-  epochs 31 and 61; methods-core.md §5.3, methods-advanced.md §0); the first k end-of-epoch steps are skipped;
+  epochs 31 and 61; their ``train*.py`` scripts); the first k end-of-epoch steps are skipped;
 - k = −1: one epoch earlier: the reference calls ``step()`` before each epoch (MACER's main.py); every
   scheduler is stepped once before training (a resume then restores the schedulers' state).
 """

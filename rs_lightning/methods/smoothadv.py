@@ -18,7 +18,7 @@ ATTACKS = ("pgd", "ddn")
 
 class SmoothAdv(SmoothingMethod):
     """min_theta E max_{||x'-x||<=eps} l_adv(x'), l_adv = -log((1/m) sum_j F(x' + delta_j)_y) (Salman et al.
-    2019, §3 Eq. (S) and Alg. 1; methods-core.md §3.1-3.2, code/train_pgd.py).
+    2019, §3 Eq. (S) and Alg. 1; Hadisalman/smoothing-adversarial code/train_pgd.py).
 
     Step semantics (per loader batch of B images, ``m = num_noise_vec``):
 

@@ -12,9 +12,10 @@ from .base import SmoothingMethod
 
 
 class SmoothMix(SmoothingMethod):
-    """Self-mixup along the adversarial path of the smoothed classifier (methods-advanced.md §1.1).
+    """Self-mixup along the adversarial path of the smoothed classifier (Jeong et al., NeurIPS 2021;
+    jh-jeong/smoothmix ``code/train.py``).
 
-    Per chunk of B/m images (``num_chunks = m``, §0 m-chunking) with m noises δ_i ~ N(0, σ²I), drawn once and
+    Per chunk of B/m images (``num_chunks = m``) with m noises δ_i ~ N(0, σ²I), drawn once and
     reused for the attack, the clean branch and the mix branch:
 
     1. Attack (eval mode, frozen params): :func:`~rs_lightning.attacks.smoothmix.smoothmix_pgd` gives the
@@ -26,9 +27,9 @@ class SmoothMix(SmoothingMethod):
     5. loss = L_CE + η·w_e·L_mix, with w_e = min(1, (e+1)/W) at 0-based epoch e.
 
     As in the reference code, p̄ is **not detached**: L_mix also back-propagates through the soft target into
-    the clean branch (§1.3). ``mix_step = 1`` is the "one-step adversary" variant: x_c = x⁽¹⁾ replaces x in
-    the CE term, p̄, c_b and the mixup. Cost per step: T·m attack forward/backward passes + 2·m training
-    forwards.
+    the clean branch (``F.kl_div`` differentiates its target). ``mix_step = 1`` is the "one-step adversary"
+    variant: x_c = x⁽¹⁾ replaces x in the CE term, p̄, c_b and the mixup. Cost per step: T·m attack
+    forward/backward passes + 2·m training forwards.
 
     Args:
         num_noise_vec: m >= 1, noise draws per image and chunks per loader batch (``--num-noise-vec``).
@@ -106,7 +107,7 @@ class SmoothMix(SmoothingMethod):
         # gradients of the CE and mixup terms then add up in float32
         logits_c, _ = self.noisy_logits(x_c, noise=noises)
         loss_ce = copies_ce(logits_c, y)
-        p_bar = smoothed_softmax(logits_c)  # not detached (reference behaviour, §1.3)
+        p_bar = smoothed_softmax(logits_c)  # not detached (reference behaviour)
 
         lam = self.draw_lambda(x)
         lam_x = lam.view(-1, *([1] * (x.dim() - 1)))

@@ -1,5 +1,6 @@
 """Adaptive Randomized Smoothing (Lyu, Shaikh, Shpilevskiy, Shelhamer & Lécuyer, NeurIPS 2024): the certified
-pipeline (extensions.md §1.3, §1.5).
+pipeline (ubc-systopia/adaptive-randomized-smoothing ``src/models/two_query_arch.py``,
+``src/models/single_query_arch.py``).
 
 For total noise σ and budget share f ∈ (0, 1), on inputs of d = C·H·W coordinates:
 
@@ -10,12 +11,13 @@ For total noise σ and budget share f ∈ (0, 1), on inputs of d = C·H·W coord
 5. x̂ = (σ₂²·m₁ + σ₁²·w·m₂)/(σ₂² + σ₁²·w²) (inverse-variance average of m₁ and m₂/w, unbiased for x);
 6. logits = f(x̂) (normalization is f's first layer).
 
-Accounting (§1.2–1.3): over the L∞ ball of radius r, query 1 is (√d·r/σ₁)-GDP and query 2, whose σ₂ is fixed
-by w, (r‖w‖₂/σ₂)-GDP; they compose adaptively to μ = √d·r/σ for every mask, i.e. d/σ₁² + ‖w‖²/σ₂² = d/σ², so
-CERTIFY's L∞ radius is σΦ⁻¹(pA_lower)/√d — Cohen's L2 certificate divided by √d, as for plain Gaussian noise.
-The σ₂ floor only adds noise. ``static`` is one query w⊙x + σ_wε with a learned input-independent mask and
-σ_w = σ‖w‖₂/√d (same μ); ``vanilla`` is Cohen's f(x + σε). The pipeline holds no other randomness: no
-augmentation inside it (the reference's batch-wide random flip makes votes dependent, §1.10 item 3).
+Accounting (Gaussian DP, Dong, Roth & Su 2022, as Lyu et al. use it): over the L∞ ball of radius r, query 1 is
+(√d·r/σ₁)-GDP and query 2, whose σ₂ is fixed by w, (r‖w‖₂/σ₂)-GDP; they compose adaptively to μ = √d·r/σ for
+every mask, i.e. d/σ₁² + ‖w‖²/σ₂² = d/σ², so CERTIFY's L∞ radius is σΦ⁻¹(pA_lower)/√d — Cohen's L2 certificate
+divided by √d, as for plain Gaussian noise. The σ₂ floor only adds noise. ``static`` is one query w⊙x + σ_wε
+with a learned input-independent mask and σ_w = σ‖w‖₂/√d (same μ); ``vanilla`` is Cohen's f(x + σε). The
+pipeline holds no other randomness: no augmentation inside it (the reference's batch-wide random flip makes
+votes dependent).
 """
 
 from __future__ import annotations

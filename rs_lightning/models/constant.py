@@ -1,5 +1,5 @@
 """The trivial constant classifier of Sun et al. 2025, *Average Certified Radius is a Poor Metric for
-Randomized Smoothing*, Theorem 1 (methods-advanced.md §3.1)."""
+Randomized Smoothing*, Theorem 1."""
 
 from __future__ import annotations
 

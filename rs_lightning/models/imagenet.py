@@ -1,4 +1,4 @@
-"""ImageNet ResNet-50: torchvision's ``resnet50(weights=None)`` as in Cohen et al. (methods-core.md §0)."""
+"""ImageNet ResNet-50: torchvision's ``resnet50(weights=None)`` as in Cohen et al. (code/architectures.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LeNet for MNIST, as in MACER model.py / smoothing-consistency archs/lenet.py (methods-core.md §0).
+"""LeNet for MNIST, as in MACER model.py / smoothing-consistency archs/lenet.py.
 
 conv5x5(C->20), ReLU, maxpool2, conv5x5(20->50), ReLU, maxpool2, FC(800->500), ReLU, FC(500->classes).
 Submodule names (conv1, conv2, fc1, fc2) match those repositories, so their state dicts load as is.

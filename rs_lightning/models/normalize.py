@@ -1,4 +1,5 @@
-"""Normalization as the model's first layer (methods-core.md §0 "Normalization layer").
+"""Normalization as the model's first layer (locuslab/smoothing
+``code/datasets.py`` ``NormalizeLayer``).
 
 Inputs are images in [0,1] pixel space; Gaussian noise is added to them *before* this layer and never
 clipped, so sigma and certified radii are in [0,1]-pixel units (Cohen et al. 2019, ``NormalizeLayer``).

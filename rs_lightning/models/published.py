@@ -1,7 +1,7 @@
 """Load the checkpoints released by the published randomized-smoothing repositories, safely.
 
-Layouts (methods-core.md §0 "Checkpoint format", methods-advanced.md §0; confirmed in each repository's
-``architectures.py``, ``datasets.py``, its training script's ``torch.save`` and its ``certify.py``):
+Layouts (confirmed in each repository's ``architectures.py``, ``datasets.py``, its training script's
+``torch.save`` and its ``certify.py``):
 
 - ``cohen`` (locuslab/smoothing ``code/train.py``), ``smoothadv`` (Hadisalman/smoothing-adversarial
   ``code/train_pgd.py``), ``consistency`` (jh-jeong/smoothing-consistency ``code/train_consistency.py``),
@@ -283,7 +283,7 @@ def load_published(
         map_location: device for the weights and the returned model.
         normalization: None for the layout's own (``normalize``; ``identity`` for ``macer`` or mean None),
             ``center`` for SmoothAdv's InputCenterLayer (x - mean; its released ImageNet models and CIFAR-10
-            models trained from scratch, methods-core.md §0), ``normalize`` or ``identity`` to force one.
+            models trained from scratch, per its README), ``normalize`` or ``identity`` to force one.
 
     Returns:
         ``Sequential(Normalize, net)`` in eval mode on ``map_location``, and a meta dict with ``sigma`` (None:

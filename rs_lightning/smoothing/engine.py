@@ -226,7 +226,7 @@ def check_norm_supported(model, norm: str, noise: str = "gaussian") -> None:
     if pipeline is not None and norm not in pipeline.norms:
         raise ConfigError(
             "norm", norm, " or ".join(pipeline.norms) + f" for a {type(pipeline).__name__} pipeline",
-            "its noise is calibrated to the L-infinity threat model (extensions.md §1.2): pass norm=linf",
+            "its noise is calibrated to the L-infinity threat model (Lyu et al. 2024): pass norm=linf",
         )  # fmt: skip
 
 
@@ -349,11 +349,11 @@ def certify_batch(
 
     - ``cohen``: ``cA = argmax`` of the counts of ``n0`` selection draws; ``nA`` = count of ``cA`` among
       ``n`` fresh estimation draws.
-    - ``iss`` (Chen et al. 2022, methods-advanced.md §4.2): ``k0`` pilot draws (their own stream) pick
-      ``cA`` and, through their two-sided CP interval and ψ, the sample size ``k̂ ≤ n``; ``nA`` = count of
-      ``cA`` among ``k̂`` fresh estimation draws (k̂ = 0: abstain at once). The pilot never enters the bound,
-      so the guarantee below holds conditionally on it. ``iss.reuse_pilot`` adds the pilot counts as the
-      reference code does (then the bound uses ``max(k̂, k0)`` draws; guarantee not established).
+    - ``iss`` (Chen et al. 2022; roy-ch/Input-Specific-Certification): ``k0`` pilot draws (their own stream)
+      pick ``cA`` and, through their two-sided CP interval and ψ, the sample size ``k̂ ≤ n``; ``nA`` = count
+      of ``cA`` among ``k̂`` fresh estimation draws (k̂ = 0: abstain at once). The pilot never enters the
+      bound, so the guarantee below holds conditionally on it. ``iss.reuse_pilot`` adds the pilot counts as
+      the reference code does (then the bound uses ``max(k̂, k0)`` draws; guarantee not established).
     - ``sequential`` (:mod:`.sequential`): ``n0`` selection draws pick ``cA``; estimation draws are looked at
       on a geometric schedule up to ``n`` and stop once the input's bucket on the radius grid is decided;
       the bound is taken at level α/K (K looks), valid at the data-dependent stop by the union bound.

@@ -80,6 +80,6 @@ def sample_sizes_for_interval(psi: np.ndarray, p_low, p_up) -> np.ndarray:
 
 def pilot_sample_sizes(pilot_counts, k0: int, psi: np.ndarray, alpha: float) -> np.ndarray:
     """k̂ from the pilot count of the selected class: the two-sided (α/2 per tail) CP interval, then
-    :func:`sample_sizes_for_interval` (methods-advanced.md §4.2 steps 2–3)."""
+    :func:`sample_sizes_for_interval` (as ``certify_iss.py`` of roy-ch/Input-Specific-Certification)."""
     p_low, p_up = clopper_pearson_interval(np.asarray(pilot_counts), k0, alpha)
     return sample_sizes_for_interval(psi, p_low, p_up)

@@ -70,7 +70,7 @@ def _flag(key: str, value) -> bool:
 
 @dataclass(frozen=True)
 class IssSettings:
-    """Input-specific sampling (Chen et al., AAAI 2022; methods-advanced.md §4).
+    """Input-specific sampling (Chen et al., AAAI 2022; roy-ch/Input-Specific-Certification).
 
     Args:
         decline: ``ad`` (radius at most ``max_decline`` below the full-budget radius, in [0,1]-pixel units of
@@ -78,7 +78,7 @@ class IssSettings:
             ``max_decline`` of it).
         max_decline: the allowed decline c (paper: AD 0.05 / 0.1, RD 0.01 / 0.05).
         k0: pilot draws; None → 0.01·n (the paper's setting as briefed, unverified; the authors' script
-            uses 0.02·n: methods-advanced.md §4.2).
+            uses 0.02·n: ``scripts/run_cifar10.sh``).
         granularity: sample sizes are multiples of this; None → n / 500 (the authors' batch 200 at n = 1e5).
         reuse_pilot: add the pilot counts to the bound, as the reference implementation does. Its guarantee
             is not established (the sample size depends on the pilot); off by default.
