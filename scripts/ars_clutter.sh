@@ -16,7 +16,7 @@
 # Each process has one thread; every stage skips finished work, so a rerun resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/background_jobs.sh
+source scripts/evidence.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/ars_clutter}
@@ -29,19 +29,16 @@ CERTIFY=${CERTIFY:-"norm=linf n0=100 n=1000 alpha=0.05 skip=20 batch_size=1000 s
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT"
 
-train() {  # train RUN: skipped when its last epoch's checkpoint exists; resumes from last.ckpt
-  local run=$1 dir="$OUT/$1/train" mask=""
+train() {  # train RUN: train_run (scripts/evidence.sh: train.done, resumable) into $OUT/RUN/train
+  local run=$1 mask=""
   [ "$run" != ars_vanilla ] && mask="method.mask_scheduler.step_size=$STEP"
-  if [ -f "$dir/checkpoints/epoch$(printf %03d $((EPOCHS - 1))).ckpt" ]; then return; fi
-  $PY train.py experiment="${run}_cluttered_mnist_sigma050" data.source.path="$DATA" seed=0 \
-    optim.max_epochs="$EPOCHS" optim.scheduler.step_size="$STEP" trainer.limit_train_batches="$LIMIT" $mask logger=csv \
-    trainer.enable_progress_bar=false hydra.run.dir="$dir" ckpt_path=last
+  train_run "$OUT/$run/train" experiment="${run}_cluttered_mnist_sigma050" data.source.path="$DATA" seed=0 \
+    optim.max_epochs="$EPOCHS" optim.scheduler.step_size="$STEP" trainer.limit_train_batches="$LIMIT" $mask \
+    logger=csv trainer.enable_progress_bar=false
 }
 
-certify() {  # certify RUN on the common protocol (resumes)
-  local dir="$OUT/$1"
-  $PY certify.py checkpoint="$dir/train/checkpoints/epoch$(printf %03d $((EPOCHS - 1))).ckpt" $CERTIFY \
-    output_dir="$dir/certify"
+certify() {  # certify RUN on the common protocol: certify_run (only a finished training; resumes)
+  certify_run "$OUT/$1/train" "$OUT/$1/certify" $CERTIFY
 }
 
 train_and_certify() { train "$1"; certify "$1"; }
@@ -51,9 +48,9 @@ report() {
   $PY -m rs_lightning.cli.report "$OUT"/*/certify --out "$REPORTS" --overwrite --budgets 100 1000 10000 50000
   $PY -m rs_lightning.cli.report paired "$OUT/ars/certify" "$OUT/ars_vanilla/certify" "$OUT/ars_static/certify" \
     --radii 0 0.001 0.002 0.0039216 0.0078431 0.0117647 > "$REPORTS/paired_differences.txt"
-  $PY scripts/ars_masks.py "$OUT/ars/train/checkpoints/epoch$(printf %03d $((EPOCHS - 1))).ckpt" \
+  $PY scripts/ars_masks.py "$OUT/ars/train/checkpoints/last.ckpt" \
     --out "$REPORTS/masks_ars.png" --inputs 6 --skip 1000
-  $PY scripts/ars_masks.py "$OUT/ars_static/train/checkpoints/epoch$(printf %03d $((EPOCHS - 1))).ckpt" \
+  $PY scripts/ars_masks.py "$OUT/ars_static/train/checkpoints/last.ckpt" \
     --out "$REPORTS/mask_static.png" --inputs 1
 }
 

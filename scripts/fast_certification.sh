@@ -12,24 +12,20 @@
 # Every certify.py run is resumable (rerun the script); finished runs are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/evidence.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/fast_certification}
 mkdir -p "$OUT/tables"
 
-train() {  # train NAME OVERRIDES...: skipped once train.done exists (last.ckpt alone may be an unfinished
-  # run's, written every epoch); a killed run resumes from its last.ckpt
-  local name=$1 dir="$OUT/train/$1"; shift
-  [ -f "$dir/train.done" ] && return
-  OMP_NUM_THREADS=1 $PY train.py "$@" seed=0 trainer.enable_progress_bar=false logger=csv \
-    hydra.run.dir="$dir" ckpt_path=last
-  touch "$dir/train.done"
+train() {  # train NAME OVERRIDES...: train_run (scripts/evidence.sh) into $OUT/train/NAME, one thread
+  local name=$1; shift
+  OMP_NUM_THREADS=1 train_run "$OUT/train/$name" "$@" seed=0 trainer.enable_progress_bar=false logger=csv
 }
-certify() {  # certify THREADS MODEL NAME OVERRIDES...
+certify() {  # certify THREADS MODEL NAME OVERRIDES...: certify_run (only a finished training; resumes)
   local threads=$1 model=$2 name=$3; shift 3
-  [ -f "$OUT/certify/$model/$name/summary.json" ] && return
-  OMP_NUM_THREADS=$threads $PY certify.py checkpoint="$OUT/train/$model/checkpoints/last.ckpt" n=100000 \
-    alpha=0.001 seed=0 "$@" output_dir="$OUT/certify/$model/$name" hydra.run.dir="$OUT/certify/$model/$name"
+  OMP_NUM_THREADS=$threads certify_run "$OUT/train/$model" "$OUT/certify/$model/$name" n=100000 alpha=0.001 \
+    seed=0 "$@"
 }
 
 MNIST="data=npz data.path=$DATA/mnist.npz skip=50"            # idx 0, 50, ..., 9950: 200 inputs
@@ -55,16 +51,8 @@ stage_compare() {
 stage_headline() {  # the machine to itself: fp32 IAS, then bf16 + ISS AD 0.05, same 200 inputs, 2 threads
   certify 2 mnist_lenet_s050 headline_ias_fp32 $MNIST precision=32
   certify 2 mnist_lenet_s050 headline_iss_ad005_bf16 $MNIST $FAST $ISS005
-  $PY - "$OUT/certify/mnist_lenet_s050" <<'PYEOF' | tee "$OUT/tables/headline.txt"
-import json, sys
-base = sys.argv[1]
-slow, fast = (json.load(open(f"{base}/{name}/summary.json")) for name in ("headline_ias_fp32", "headline_iss_ad005_bf16"))
-ratio = fast["throughput"]["inputs_per_s"] / slow["throughput"]["inputs_per_s"]
-for name, s in (("fp32 IAS", slow), ("bf16 + channels_last + ISS AD 0.05", fast)):
-    print(f"{name}: {s['throughput']['inputs_per_s']:.4f} inputs/s, {s['throughput']['seconds']:.0f} s, "
-          f"ACR {s['acr']:.4f}, mean samples {s['mean_samples']:.0f}")
-print(f"certified inputs per second: {ratio:.2f}x")
-PYEOF
+  $PY scripts/throughput_ratio.py "$OUT/certify/mnist_lenet_s050/headline_ias_fp32" \
+    "$OUT/certify/mnist_lenet_s050/headline_iss_ad005_bf16" | tee "$OUT/tables/headline.txt"
 }
 
 stage_tables() {

@@ -2,7 +2,7 @@
 # acr_gaming_comparison.sh, so both use one schedule and one certification protocol).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/background_jobs.sh
+source scripts/evidence.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/mnist_comparison}
@@ -30,30 +30,22 @@ selected() {  # selected NAME: true unless ONLY (a space-separated list of run n
   [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]
 }
 
-train() {  # train NAME OVERRIDES...: skipped when NAME finished (train.done); a killed run resumes from its
-  # last.ckpt (written every epoch, so it does not mean "finished"); wall-clock appended to $TIMES
+train() {  # train NAME OVERRIDES...: train_run (scripts/evidence.sh) into $OUT/train/NAME; the wall-clock of a
+  # run that trained is appended to $TIMES
   local base=$1 name=$1$SUFFIX; shift
   selected "$base" || selected "$name" || return 0
-  local dir="$OUT/train/$name"
+  local dir="$OUT/train/$name" start
   if [ -f "$dir/train.done" ]; then echo "skip training $name (done)"; return; fi
-  local start=$(date +%s)
-  $PY train.py "$@" $COMMON hydra.run.dir="$dir" ckpt_path=last
+  start=$(date +%s)
+  train_run "$dir" "$@" $COMMON || return
   printf '%s\t%s\t%s\t%s\n' "$name" "$EPOCHS" "$(( $(date +%s) - start ))" "$OMP_NUM_THREADS" >> "$TIMES"
-  touch "$dir/train.done"
 }
 
 ARCHIVE=${ARCHIVE:-docs/results/mnist_structured/runs}   # per-input results kept in the repo (see certify)
 
-certify() {  # certify NAME: the run's last.ckpt on the common protocol (resumes an interrupted run); then its
-  # per-input rows and settings (certify.tsv, settings.json, summary.json; a few kB) are copied to
-  # $ARCHIVE/NAME, so the reports and paired CIs can be rebuilt from the repo without the checkpoints
+certify() {  # certify NAME: certify_run (only a finished training; resumes) on the common protocol, then
+  # archive_run to $ARCHIVE/NAME, so the reports and paired CIs can be rebuilt from the repo without the checkpoints
   selected "$1" || return 0
-  if [ ! -f "$OUT/train/$1/train.done" ]; then  # last.ckpt alone may be an unfinished or failed run's
-    echo "error: $1 has not finished training ($OUT/train/$1/train.done is missing); train it first" >&2
-    return 1
-  fi
-  $PY certify.py checkpoint="$OUT/train/$1/checkpoints/last.ckpt" $CERTIFY output_dir="$OUT/certify/$1" \
-    hydra.run.dir="$OUT/certify/$1"
-  mkdir -p "$ARCHIVE/$1"
-  cp "$OUT/certify/$1"/{certify.tsv,settings.json,summary.json} "$ARCHIVE/$1/"
+  certify_run "$OUT/train/$1" "$OUT/certify/$1" $CERTIFY || return
+  archive_run "$OUT/certify/$1" "$ARCHIVE/$1"
 }

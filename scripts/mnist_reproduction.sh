@@ -11,7 +11,7 @@
 #   OUT=/work/runs/mnist_repro bash scripts/mnist_reproduction.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/background_jobs.sh
+source scripts/evidence.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/mnist_reproduction}
@@ -20,15 +20,13 @@ BUDGETS=${BUDGETS:-"10000 100000"}
 JOBS=${JOBS:-2}
 REPORTS=${REPORTS:-docs/results/mnist_reproduction}
 
-one() {  # train then certify one experiment at every budget
-  local exp=$1 dir="$OUT/$1"
-  if [ ! -f "$dir/train/checkpoints/epoch089.ckpt" ]; then
-    OMP_NUM_THREADS=1 $PY train.py experiment="$exp" data=npz data.path="$DATA/mnist.npz" seed=0 \
-      logger=csv trainer.enable_progress_bar=false hydra.run.dir="$dir/train" ckpt_path=last
-  fi
+one() {  # train then certify one experiment at every budget (scripts/evidence.sh: train.done, resumable)
+  local exp=$1 dir="$OUT/$1" n
+  OMP_NUM_THREADS=1 train_run "$dir/train" experiment="$exp" data=npz data.path="$DATA/mnist.npz" seed=0 \
+    logger=csv trainer.enable_progress_bar=false || return
   for n in $BUDGETS; do
-    OMP_NUM_THREADS=1 $PY certify.py checkpoint="$dir/train/checkpoints/epoch089.ckpt" data=npz \
-      data.path="$DATA/mnist.npz" n="$n" alpha=0.001 skip=50 seed=0 output_dir="$dir/certify_n$n"
+    OMP_NUM_THREADS=1 certify_run "$dir/train" "$dir/certify_n$n" data=npz data.path="$DATA/mnist.npz" n="$n" \
+      alpha=0.001 skip=50 seed=0 || return
   done
 }
 
@@ -49,7 +47,6 @@ report() {  # the ECDF/budget report per sigma and budget, and each run against 
 }
 
 if [ "${STAGE:-}" = report ]; then report; exit 0; fi
-export -f one; export PY DATA OUT BUDGETS
 mkdir -p "$OUT"
 running=0
 for exp in $RUNS; do

@@ -11,6 +11,7 @@
 # smaller, see the report's caps), alpha = 0.001, n0 = 100, fp32, one thread per job. Resumable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/evidence.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/noise_comparison}
@@ -19,21 +20,14 @@ STAGE=${STAGE:-all}
 NOISES="gaussian laplace uniform"
 mkdir -p "$OUT"
 
-train() {  # train NOISE: skipped once train.done exists; a killed run resumes from last.ckpt
-  local dir="$OUT/train/$1"
-  if [ -f "$dir/train.done" ]; then return; fi
-  OMP_NUM_THREADS=1 $PY train.py experiment=cohen_mnist_sigma050 data=npz data.path="$DATA/mnist.npz" \
-    optim.max_epochs=15 optim.scheduler.step_size=5 noise="$1" seed=0 trainer.enable_progress_bar=false \
-    logger=csv hydra.run.dir="$dir" ckpt_path=last
-  touch "$dir/train.done"
+train() {  # train NOISE: train_run (scripts/evidence.sh), one thread
+  OMP_NUM_THREADS=1 train_run "$OUT/train/$1" experiment=cohen_mnist_sigma050 data=npz \
+    data.path="$DATA/mnist.npz" optim.max_epochs=15 optim.scheduler.step_size=5 noise="$1" seed=0 trainer.enable_progress_bar=false logger=csv
 }
 
-certify() {  # certify NOISE: L1 radii with the training noise; finished runs (summary.json) are skipped
-  local dir="$OUT/certify/$1"
-  if [ -f "$dir/summary.json" ]; then return; fi
-  OMP_NUM_THREADS=1 $PY certify.py checkpoint="$OUT/train/$1/checkpoints/last.ckpt" data=npz \
-    data.path="$DATA/mnist.npz" skip=50 n=10000 n0=100 alpha=0.001 seed=0 norm=l1 output_dir="$dir" \
-    hydra.run.dir="$dir"
+certify() {  # certify NOISE: L1 radii with the training noise; certify_run (only a finished training; resumes)
+  OMP_NUM_THREADS=1 certify_run "$OUT/train/$1" "$OUT/certify/$1" data=npz data.path="$DATA/mnist.npz" skip=50 \
+    n=10000 n0=100 alpha=0.001 seed=0 norm=l1
 }
 
 if [ "$STAGE" = all ] || [ "$STAGE" = train ]; then for noise in $NOISES; do train "$noise"; done; fi
@@ -41,8 +35,5 @@ if [ "$STAGE" = all ] || [ "$STAGE" = certify ]; then for noise in $NOISES; do c
 if [ "$STAGE" = all ] || [ "$STAGE" = report ]; then
   # the noises differ on purpose: --allow-mismatch lets the report compare them (same inputs, same L1 ball)
   $PY -m rs_lightning.cli.report "$OUT"/certify/{gaussian,laplace,uniform} --allow-mismatch --out "$REPORT"
-  for noise in $NOISES; do
-    mkdir -p "$REPORT/runs/$noise"
-    cp "$OUT/certify/$noise"/{certify.tsv,settings.json,summary.json} "$REPORT/runs/$noise/"
-  done
+  for noise in $NOISES; do archive_run "$OUT/certify/$noise" "$REPORT/runs/$noise"; done
 fi

@@ -11,27 +11,22 @@
 # trainings (train.done) and certifications (summary.json) are skipped, killed ones continue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/background_jobs.sh
+source scripts/evidence.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/sequential_certification}
 TABLES=${TABLES:-docs/results/sequential}
 mkdir -p "$OUT"
 
-train() {  # train NAME OVERRIDES...: skipped once train.done exists; a killed run resumes from last.ckpt
-  local name=$1 dir="$OUT/train/$1"; shift
-  if [ -f "$dir/train.done" ]; then return; fi
-  OMP_NUM_THREADS=1 $PY train.py "$@" seed=0 trainer.enable_progress_bar=false logger=csv \
-    hydra.run.dir="$dir" ckpt_path=last
-  touch "$dir/train.done"
+train() {  # train NAME OVERRIDES...: train_run (scripts/evidence.sh) into $OUT/train/NAME, one thread
+  local name=$1; shift
+  OMP_NUM_THREADS=1 train_run "$OUT/train/$name" "$@" seed=0 trainer.enable_progress_bar=false logger=csv
 }
 
-certify() {  # certify THREADS MODEL NAME OVERRIDES...
-  local threads=$1 model=$2 name=$3 dir="$OUT/certify/$2/$3"; shift 3
-  if [ -f "$dir/summary.json" ]; then return; fi
-  [ -f "$OUT/train/$model/train.done" ] || { echo "error: $model has not finished training" >&2; return 1; }
-  OMP_NUM_THREADS=$threads $PY certify.py checkpoint="$OUT/train/$model/checkpoints/last.ckpt" n=100000 \
-    alpha=0.001 seed=0 "$@" output_dir="$dir" hydra.run.dir="$dir"
+certify() {  # certify THREADS MODEL NAME OVERRIDES...: certify_run (only a finished training; resumes)
+  local threads=$1 model=$2 name=$3; shift 3
+  OMP_NUM_THREADS=$threads certify_run "$OUT/train/$model" "$OUT/certify/$model/$name" n=100000 alpha=0.001 \
+    seed=0 "$@"
 }
 
 MNIST="data=npz data.path=$DATA/mnist.npz skip=50"            # idx 0, 50, ..., 9950: 200 inputs
@@ -84,12 +79,7 @@ stage_tables() {
     # the table lands only when the comparison succeeds (an unfinished run must not leave an empty table)
     $PY scripts/sequential_comparison.py "${runs[@]}" --json "$TABLES/$model.json" > "$TABLES/$model.md.part"
     mv "$TABLES/$model.md.part" "$TABLES/$model.md" && cat "$TABLES/$model.md"
-    mkdir -p "$TABLES/runs/$model"
-    for run in "${runs[@]}"; do
-      run=$(basename "$run")
-      mkdir -p "$TABLES/runs/$model/$run"
-      cp "$dir/$run"/{certify.tsv,settings.json,summary.json} "$TABLES/runs/$model/$run/"
-    done
+    for run in "${runs[@]}"; do archive_run "$run" "$TABLES/runs/$model/$(basename "$run")"; done
   done
 }
 

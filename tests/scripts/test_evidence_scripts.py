@@ -1,4 +1,4 @@
-"""The evidence scripts' job handling (scripts/background_jobs.sh, mnist_common.sh), run with a stand-in
+"""The evidence scripts' shared helpers (scripts/evidence.sh) and job handling, run with a stand-in
 interpreter that records every call: a failed background training fails the script before any later stage,
 and only finished trainings (train.done) are certified."""
 
@@ -30,7 +30,7 @@ if "output_dir" in options:  # certify.py: the files certify() copies
     for name in ("certify.tsv", "settings.json", "summary.json"):
         (folder / name).write_text("")
 """
-ENV = ("ONLY", "SIGMAS", "STAGE", "RUNS", "JOBS", "EXTRA")
+ENV = ("ONLY", "SIGMAS", "STAGE", "RUNS", "JOBS", "EXTRA", "DRY_RUN", "TRAIN_STATUS")
 
 
 def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.CompletedProcess, list]:
@@ -91,3 +91,76 @@ def test_certify_refuses_a_run_without_train_done_in_one_line(tmp_path):
         f"error: acr_gaming_s025 has not finished training ({tmp_path}/out/train/acr_gaming_s025/train.done "
         "is missing); train it first"
     ]
+
+
+@pytest.mark.parametrize(
+    ("script", "env", "trained"),
+    [
+        ("fast_certification.sh", {"STAGE": "headline"}, "train/mnist_lenet_s050"),
+        ("sequential_certification.sh", {"STAGE": "certify"}, "train/mnist_lenet_s025"),
+        ("noise_comparison.sh", {"STAGE": "certify"}, "train/gaussian"),
+        ("ars_clutter.sh", {"STAGE": "certify", "RUNS": "ars"}, "ars/train"),
+    ],  # fmt: skip
+)
+def test_a_last_checkpoint_without_train_done_is_never_certified(tmp_path, script, env, trained):
+    """Catches: a script treating an existing last.ckpt as a finished training (fast_certification.sh did:
+    last.ckpt is written every epoch, so an unfinished or failed run's checkpoint was certified and its rows
+    went into the tables as the model's)."""
+    folder = tmp_path / "out" / trained / "checkpoints"
+    folder.mkdir(parents=True)
+    (folder / "last.ckpt").write_text("")
+    result, calls = run_script(tmp_path, script, **env)
+    assert result.returncode != 0 and not calls, (result.stderr, calls)
+    logs = result.stderr + "".join(p.read_text() for p in (tmp_path / "out").glob("**/*.log"))
+    assert f"has not finished training ({folder.parent}/train.done is missing)" in logs
+
+
+HELPERS = REPO / "scripts" / "evidence.sh"
+
+
+def run_helpers(tmp_path: Path, body: str, **env: str) -> tuple[subprocess.CompletedProcess, list]:
+    script = tmp_path / "body.sh"
+    script.write_text(f"set -euo pipefail\nsource {HELPERS}\n{body}\n")
+    return run_script(tmp_path, str(script), **env)
+
+
+def test_a_failed_training_is_not_marked_done_even_inside_an_and_list(tmp_path):
+    """Catches: train_run writing train.done after a failed train.py when called as `train_run a && b` (set -e
+    is off inside such a list, so the marker line after the failed command still ran)."""
+    out = tmp_path / "out"
+    result, calls = run_helpers(
+        tmp_path, f'train_run {out}/a x=1 && train_run {out}/b y=2 || echo "failed: $?"', TRAIN_STATUS="3"
+    )
+    assert result.returncode == 0 and "failed: 3" in result.stdout, result.stderr
+    assert calls == [["train.py", "x=1", f"hydra.run.dir={out}/a", "ckpt_path=last"]]
+    assert not (out / "a" / "train.done").exists()
+
+
+def test_finished_trainings_and_certifications_are_skipped_and_rows_archived(tmp_path):
+    out = tmp_path / "out"
+    body = f"train_run {out}/t x=1\ncertify_run {out}/t {out}/c n=10\n"
+    body += f"archive_run {out}/c {tmp_path}/archive/c"
+    result, calls = run_helpers(tmp_path, body)
+    assert result.returncode == 0, result.stderr
+    assert calls == [
+        ["train.py", "x=1", f"hydra.run.dir={out}/t", "ckpt_path=last"],
+        ["certify.py", f"checkpoint={out}/t/checkpoints/last.ckpt", "n=10", f"output_dir={out}/c",
+         f"hydra.run.dir={out}/c"],
+    ]  # fmt: skip
+    assert (out / "t" / "train.done").is_file()
+    assert sorted(os.listdir(tmp_path / "archive" / "c")) == ["certify.tsv", "settings.json", "summary.json"]
+    (tmp_path / "record.jsonl").unlink()
+    again, calls = run_helpers(tmp_path, body)
+    assert again.returncode == 0 and calls == []  # train.done and summary.json: nothing runs again
+    assert "is finished" in again.stdout
+
+
+def test_dry_run_prints_commands_and_runs_nothing(tmp_path):
+    out = tmp_path / "out"
+    body = f"train_run {out}/t 'a=b c'\ncertify_run {out}/t {out}/c"
+    result, calls = run_helpers(tmp_path, body, DRY_RUN="1")
+    assert result.returncode == 0 and calls == [] and not out.exists(), result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("+ ")]
+    assert lines[0].endswith(f"train.py a=b\\ c hydra.run.dir={out}/t ckpt_path=last")
+    assert lines[1].endswith(f"certify.py checkpoint={out}/t/checkpoints/last.ckpt output_dir={out}/c "
+                             f"hydra.run.dir={out}/c")  # fmt: skip

@@ -83,11 +83,11 @@ def test_dry_run_of_catrs_makes_and_passes_the_soft_labels(tmp_path):
 
 
 def test_a_rerun_skips_finished_steps(tmp_path):
-    """A finished training (its reproduce.done marker) and existing soft labels are not redone; certify.py
+    """A finished training (its train.done marker) and existing soft labels are not redone; certify.py
     and the report always run (certify.py skips the rows it has)."""
     out = tmp_path / "mnist" / "catrs_s1.0"
     (out / "train").mkdir(parents=True)
-    (out / "train" / "reproduce.done").write_text("done\n")
+    (out / "train" / "train.done").write_text("done\n")
     labels = tmp_path / "labels.npy"
     labels.write_bytes(b"")
     result = run("mnist", "1.0", "catrs", DRY_RUN="1", OUT=str(out), SOFT_LABELS=str(labels))
@@ -119,10 +119,12 @@ def test_bad_arguments_are_refused_in_one_line(tmp_path, args, message):
 
 @pytest.fixture
 def bare_checkout(tmp_path) -> Path:
-    """The script in a folder with an empty conf/experiment (the package is imported from the venv)."""
+    """The script (and the helpers it sources) in a folder with an empty conf/experiment (the package is
+    imported from the venv)."""
     (tmp_path / "scripts").mkdir()
     (tmp_path / "conf" / "experiment").mkdir(parents=True)
-    shutil.copy(SCRIPT, tmp_path / "scripts" / "reproduce.sh")
+    for name in ("reproduce.sh", "evidence.sh"):
+        shutil.copy(SCRIPT.parent / name, tmp_path / "scripts" / name)
     return tmp_path
 
 
@@ -177,6 +179,6 @@ def test_tiny_end_to_end_run_on_mnist(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     text = (out / "report" / "published.md").read_text()
     assert "- **n differs**: ours 100, published 100000" in text
-    assert (out / "train" / "reproduce.done").is_file()
+    assert (out / "train" / "train.done").is_file()
     again = run("mnist", "0.5", "cohen", **env)
     assert again.returncode == 0 and "is finished" in again.stdout

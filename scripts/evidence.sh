@@ -1,0 +1,63 @@
+# Shared helpers of the evidence scripts (sourced; they set PY first). One rule for every script:
+#   - a training is finished when its folder holds train.done (last.ckpt is written every epoch, so it
+#     does not mean "finished"); a killed training resumes from its last.ckpt;
+#   - only finished trainings are certified; a finished certification (summary.json) is skipped, an
+#     interrupted one resumes its rows;
+#   - per-input rows are archived as certify.tsv + settings.json + summary.json (a few kB), so the reports
+#     rebuild from the repository without the checkpoints;
+#   - background jobs are waited for one by one, and a failed one fails the script.
+# DRY_RUN=1 prints the train.py / certify.py commands ("+ ...", shell-quoted) without running them.
+JOB_PIDS=()
+
+run_step() {  # run_step COMMAND...: print it ("+ ...", shell-quoted), then run it unless DRY_RUN=1
+  printf '+'
+  printf ' %q' "$@"
+  printf '\n'
+  [ "${DRY_RUN:-0}" = 1 ] || "$@"
+}
+
+train_run() {  # train_run DIR OVERRIDES...: train.py "OVERRIDES" into DIR, then DIR/train.done; skipped when done
+  local dir=$1
+  shift
+  if [ -f "$dir/train.done" ]; then
+    echo "# training in $dir is finished ($dir/train.done): skipped"
+    return 0
+  fi
+  run_step "$PY" train.py "$@" "hydra.run.dir=$dir" ckpt_path=last || return  # (set -e is off inside `a && b`)
+  [ "${DRY_RUN:-0}" = 1 ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/train.done"
+}
+
+certify_run() {  # certify_run TRAIN_DIR OUT_DIR OVERRIDES...: certify.py on TRAIN_DIR's last.ckpt into OUT_DIR
+  local train=$1 dir=$2
+  shift 2
+  if [ ! -f "$train/train.done" ] && [ "${DRY_RUN:-0}" != 1 ]; then
+    echo "error: $(basename "$train") has not finished training ($train/train.done is missing); train it first" >&2
+    return 1
+  fi
+  if [ -f "$dir/summary.json" ]; then
+    echo "# certification in $dir is finished ($dir/summary.json): skipped"
+    return 0
+  fi
+  run_step "$PY" certify.py "checkpoint=$train/checkpoints/last.ckpt" "$@" "output_dir=$dir" "hydra.run.dir=$dir"
+}
+
+archive_run() {  # archive_run RUN_DIR DEST: the run's per-input rows and settings, copied to DEST
+  mkdir -p "$2"
+  cp "$1"/{certify.tsv,settings.json,summary.json} "$2/"
+}
+
+in_background() {  # in_background LOG FUNCTION ARGS...: run it in the background, output to LOG
+  local log=$1
+  shift
+  "$@" > "$log" 2>&1 &
+  JOB_PIDS+=($!)
+}
+
+wait_all() {  # wait for every job started by in_background; status 1 if any failed (a bare `wait` returns 0,
+  # so a failed training went unnoticed and the next stage went on with whatever checkpoint it had left)
+  local pid failed=0
+  for pid in "${JOB_PIDS[@]}"; do wait "$pid" || failed=1; done
+  JOB_PIDS=()
+  [ "$failed" = 0 ] || echo "error: a background job failed; see its log in ${OUT:-the output folder}" >&2
+  return "$failed"
+}

@@ -1,0 +1,43 @@
+"""Certified inputs per second of a fast certification run against a slow one (the headline of
+scripts/fast_certification.sh), from their summary.json files.
+
+    python scripts/throughput_ratio.py SLOW_RUN FAST_RUN
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def summary(run: Path) -> dict:
+    path = run / "summary.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        message = f"error: {path} cannot be read ({exc}); pass a finished certify.py output folder"
+        print(message, file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv=None) -> float:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("slow", type=Path, help="the reference run's output folder (e.g. fp32 IAS)")
+    parser.add_argument("fast", type=Path, help="the fast run's output folder (e.g. bf16 + ISS)")
+    args = parser.parse_args(argv)
+    slow, fast = summary(args.slow), summary(args.fast)
+    for name, run in ((args.slow.name, slow), (args.fast.name, fast)):
+        speed = run["throughput"]
+        print(
+            f"{name}: {speed['inputs_per_s']:.4f} inputs/s, {speed['seconds']:.0f} s, "
+            f"ACR {run['acr']:.4f}, mean samples {run['mean_samples']:.0f}"
+        )
+    ratio = fast["throughput"]["inputs_per_s"] / slow["throughput"]["inputs_per_s"]
+    print(f"certified inputs per second: {ratio:.2f}x")
+    return ratio
+
+
+if __name__ == "__main__":
+    main()
