@@ -20,6 +20,7 @@ statistics and no parameter gradient is built) and restores the previous state a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -77,6 +78,25 @@ def _clamp_and_project(
     return (x + project_l2(delta, eps)).clamp(0, 1) - x  # Consistency's SmoothAdv_PGD order
 
 
+def _normalized_ascent(
+    x: torch.Tensor,
+    direction_at: Callable[[torch.Tensor], torch.Tensor],
+    eps: float,
+    steps: int,
+    clamp_first: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """The PGD loop both SmoothAdv-PGD variants share: Delta = 0, alpha = 2 eps / T, T times
+    Delta += alpha * d / ||d||_2 with d = ``direction_at(Delta)`` (N(0, I) where d = 0), then box and ball
+    (:func:`_clamp_and_project`). Returns ``x + Delta``."""
+    alpha = 2.0 * eps / steps
+    delta = torch.zeros_like(x)
+    for _ in range(steps):
+        step = alpha * _ascent_direction(direction_at(delta), generator)
+        delta = _clamp_and_project(x, delta + step, eps, clamp_first)
+    return x + delta
+
+
 def smoothadv_pgd(
     model: nn.Module,
     x: torch.Tensor,
@@ -108,16 +128,14 @@ def smoothadv_pgd(
     """
     _check_inputs(x, y, noise)
     x, noise = x.detach(), noise.detach()
-    alpha = 2.0 * eps / steps
-    delta = torch.zeros_like(x)
+
+    def gradient(delta: torch.Tensor) -> torch.Tensor:
+        delta = delta.detach().requires_grad_(True)
+        loss = adversarial_loss(noisy_logits(model, x + delta, noise), y).sum()
+        return torch.autograd.grad(loss, delta)[0]
+
     with frozen_eval(model), torch.enable_grad():
-        for _ in range(steps):
-            delta.requires_grad_(True)
-            loss = adversarial_loss(noisy_logits(model, x + delta, noise), y).sum()
-            (grad,) = torch.autograd.grad(loss, delta)
-            delta = delta.detach() + alpha * _ascent_direction(grad, generator)
-            delta = _clamp_and_project(x, delta, eps, clamp_first)
-    return (x + delta).detach()
+        return _normalized_ascent(x, gradient, eps, steps, clamp_first, generator).detach()
 
 
 def nograd_direction(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
@@ -150,13 +168,8 @@ def smoothadv_pgd_nograd(
     if noise.shape[0] < 2:
         raise ValueError(f"the no-grad SmoothAdv attack needs m >= 2 noise draws; got m = {noise.shape[0]}")
     x, noise = x.detach(), noise.detach()
-    alpha = 2.0 * eps / steps
-    delta = torch.zeros_like(x)
     with frozen_eval(model):
-        for _ in range(steps):
-            direction = _ascent_direction(nograd_direction(model, x + delta, y, noise), generator)
-            delta = _clamp_and_project(x, delta + alpha * direction, eps)
-    return x + delta
+        return _normalized_ascent(x, lambda delta: nograd_direction(model, x + delta, y, noise), eps, steps)
 
 
 def _quantize(t: torch.Tensor, levels: int | None) -> torch.Tensor:
