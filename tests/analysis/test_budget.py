@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 from rs_testing import certify_config
-from scipy.stats import binom, norm
+from scipy.stats import beta, binom, norm
 
 from rs_lightning.analysis import average_certified_radius, certified_accuracy, read_results
 from rs_lightning.analysis.budget import (
@@ -198,3 +198,36 @@ def test_true_label_pa_uses_each_rows_own_n_and_zero_for_unsampled_rows():
         warnings.simplefilter("error")  # no 0/0 warning
         pa = true_label_pa([90, 0, 450, 10], [100, 0, 500, 20], [1, 0, 1, 0])
     np.testing.assert_allclose(pa, [0.9, 0.0, 0.9, 0.0])
+
+
+def test_plugin_rule_rounds_p_hat_times_n_prime_at_a_budget_other_than_the_runs():
+    """At N′ ≠ N the plug-in count is round(p̂·N′), halves up, not ⌊p̂·N′⌋: p̂ = n_A/N of a run with N = 1000
+    converted to N′ = 100, and p̂ = 928/1024 = 29/32 to N′ = 16 (p̂·N′ = 14.5 exactly). Expected radii from
+    the counts worked out by hand, Clopper-Pearson with scipy's beta quantile and σ·Φ⁻¹.
+
+    Exists to catch the one-line mutation of ``plugin_counts`` (rs_lightning/analysis/budget.py) from
+    rounding to flooring, ``np.floor(p * budget + 0.5)`` -> ``np.floor(p * budget + 1e-6)`` (the epsilon only
+    absorbs p̂·N′ landing just below an integer): at N′ = N it reproduces the run, so every test at N′ = N lets
+    it through. The plain ``np.floor(p * budget)`` and numpy's half-to-even ``np.round`` fail here too."""
+
+    def certify(k, budget):  # CERTIFY with n_A = k >= 1 of N′ draws: (radius, certified)
+        lower = beta.ppf(ALPHA, k, budget - k + 1)  # k = N′ gives α^(1/N′)
+        return np.where(lower >= 0.5, SIGMA * norm.ppf(lower), 0.0), lower >= 0.5
+
+    n_a = np.array([957, 951, 806, 999, 500])  # p̂·100 = 95.7, 95.1, 80.6, 99.9, 50
+    counts = np.array([96, 95, 81, 100, 50])  # rounded (floor: 95, 95, 80, 99, 50)
+    want_radius, want_certified = certify(counts, 100)
+    radius, certified = plugin_radius(n_a / 1000, 100, SIGMA, ALPHA)
+    np.testing.assert_array_equal(certified, [True, True, True, True, False])
+    np.testing.assert_array_equal(certified, want_certified)
+    np.testing.assert_allclose(radius, want_radius, rtol=1e-9, atol=0)
+    assert acr_at_budget(n_a / 1000, 100, SIGMA, ALPHA, n=1000) == pytest.approx(want_radius.mean(), rel=1e-9)
+    np.testing.assert_allclose(
+        certified_accuracy_at_budget(n_a / 1000, 100, SIGMA, ALPHA, RADII, n=1000),
+        [(want_certified & (want_radius >= r)).mean() for r in RADII],
+    )
+    # an exact half rounds up: 15 of 16 certifies (CP lower 0.550), 14 of 16 would abstain (0.471)
+    radius, certified = plugin_radius([928 / 1024], 16, SIGMA, ALPHA)
+    want_radius, want_certified = certify(15, 16)
+    assert certified[0] and want_certified and not certify(14, 16)[1]
+    assert radius[0] == pytest.approx(float(want_radius), rel=1e-9)

@@ -165,3 +165,39 @@ def test_labels_are_unique_and_table_matches_the_rows(tmp_path):
     row = comparison_table(runs, [0.0, 0.5])[0]
     assert row["n"] == 1000 and row["alpha"] == 0.001 and row["inputs"] == 8
     assert row["ca@0"] == 1.0 and row["y(0.99)"] == 1.0 and row["y(1)"] == 0.0
+
+
+def test_constant_reference_is_the_majority_class_with_its_share_and_closed_form_acr(tmp_path):
+    """Without a ConstantClassifier in the settings, the reference h ≡ c beside a run is its majority class:
+    labels 2, 7, 7, 7, 5, 7, 3, 3 (first label 2, class 0 absent) give c = 7, π_c = 4/8 and the closed form
+    π_c·σ·Φ⁻¹(α^(1/N′)) (Sun et al. 2025, Thm. 1) at the run's σ and α; a tie goes to the smaller class; a
+    ConstantClassifier run keeps its own label.
+
+    Exists to catch a one-line mutation of the majority branch of ``Run.constant_reference``
+    (rs_lightning/analysis/compare.py), e.g. ``label = max(shares, ...)`` -> ``label = 0`` or ->
+    ``label = int(self.rows["label"][0])``, or ``max`` -> ``min``, which no other test exercises."""
+    from scipy.stats import norm
+
+    from rs_lightning.analysis.budget import constant_classifier_acr
+    from rs_lightning.analysis.compare import Run
+
+    idx = [12, 7, 17, 27, 35, 47, 3, 13]  # write_run's label is idx % 10
+    run = load_run(write_run(tmp_path / "run", np.full(8, 990), idx=idx, sigma=0.25, alpha=0.001))
+    assert run.rows["label"].tolist() == [2, 7, 7, 7, 5, 7, 3, 3]
+    c, share = run.constant_reference()
+    assert (c, share) == (7, 0.5)
+    for budget in (100, 1000, 10_000):
+        want = 0.5 * 0.25 * norm.ppf(0.001 ** (1 / budget))
+        got = constant_classifier_acr(share, run.radius_scale, run.alpha, budget)
+        assert got == pytest.approx(want, rel=1e-9)
+
+    def reference(labels, model=None):
+        settings = {} if model is None else {"model": model}
+        return Run(
+            path=tmp_path / "x.tsv", rows={"label": np.asarray(labels)}, settings=settings
+        ).constant_reference()
+
+    assert reference([8, 3, 8, 3, 1]) == (3, 0.4)  # tie between 3 and 8: the smaller class
+    assert reference([4, 9, 9, 0, 9]) == (9, 0.6)
+    constant = {"_target_": "rs_lightning.models.constant.ConstantClassifier", "label": 4}
+    assert reference([4, 9, 9, 0, 9], constant) == (4, 0.2)  # its own label, not the majority

@@ -134,3 +134,30 @@ def test_the_method_returns_its_curation_only_when_it_curates():
     assert full.configure_callbacks() == [full.curation] and full.curation.active
     assert method(discard_hard=False, reweight=False).configure_callbacks() == []
     assert ACRCuration(discard_hard=False, reweight=True).active
+
+
+def test_reweighting_with_a_period_above_one_re_estimates_at_e_ds_and_every_r_epochs_after_only():
+    """``reweight_every`` R = 2 from E_ds = 1 over epochs 0..5: p̂ is re-estimated (and the sampler's weights
+    replaced) at epochs 1, 3 and 5, never at 0, 2 or 4.
+
+    Exists to catch the one-line mutation that re-estimates only the first time, e.g. the condition of
+    ``ACRCuration.prepare_epoch`` reduced to ``if self.reweight and self.sampler.weights is None:`` (the other
+    tests use R = 1 or stop before a second re-estimation)."""
+    curation = ACRCuration(ds_epoch=1, discard_hard=False, reweight_samples=16, reweight_every=2)
+    estimated = []
+    reweight = curation._reweight
+
+    def recording_reweight(epoch):
+        estimated.append(epoch)
+        reweight(epoch)
+
+    curation._reweight = recording_reweight
+    module, data, _ = _fit(curation, epochs=6)
+    assert estimated == [1, 3, 5]
+    # the estimates drive the sampler: right/wrong inputs get the weight of p̂ = 1 / p̂ = 0 clipped to 0.75
+    weights = curation.sampler.weights.numpy()
+    right = np.array(sorted(data.right))
+    wrong = np.setdiff1d(np.arange(40), right)
+    np.testing.assert_allclose(weights[right], norm.ppf(0.1 ** (1 / 16)), rtol=1e-12)
+    np.testing.assert_allclose(weights[wrong], radius_weights(0.0, 16), rtol=1e-12)
+    assert sorted(module.seen[0]) == list(range(40)), "before E_ds: a permutation of all inputs"

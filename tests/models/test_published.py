@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 from torchvision.models import resnet50 as tv_resnet50
@@ -325,3 +326,151 @@ def test_old_files_without_num_batches_tracked_load_and_nan_is_refused(tmp_path)
         state["1.fc.bias"][0] = float("nan")
 
     assert "non-finite" in one_line_error(cifar_file(tmp_path, poison))
+
+
+# ------------------------------------------------- against an independent functional reference forward
+def random_bearpaw_state(depth: int, in_channels: int = 3, num_classes: int = 10, seed: int = 0) -> dict:
+    """A state dict in the layout of bearpaw's CIFAR ResNet (locuslab/smoothing
+    ``code/archs/cifar_resnet.py``), built from the tensor shapes alone (not from this project's module):
+    random weights and non-trivial BatchNorm statistics."""
+    gen = torch.Generator().manual_seed(seed)
+    state: dict[str, torch.Tensor] = {}
+
+    def conv(name, out_c, in_c, k):
+        std = (2.0 / (k * k * out_c)) ** 0.5
+        state[f"{name}.weight"] = std * torch.randn((out_c, in_c, k, k), generator=gen)
+
+    def bn(name, c):
+        state[f"{name}.weight"] = 0.5 + torch.rand(c, generator=gen)
+        state[f"{name}.bias"] = 0.2 * torch.randn(c, generator=gen)
+        state[f"{name}.running_mean"] = 0.2 * torch.randn(c, generator=gen)
+        state[f"{name}.running_var"] = 0.5 + torch.rand(c, generator=gen)
+        state[f"{name}.num_batches_tracked"] = torch.tensor(7)
+
+    conv("conv1", 16, in_channels, 3)
+    bn("bn1", 16)
+    inplanes = 16
+    for stage, planes in ((1, 16), (2, 32), (3, 64)):
+        for i in range((depth - 2) // 6):
+            p = f"layer{stage}.{i}"
+            conv(f"{p}.conv1", planes, inplanes, 3)
+            bn(f"{p}.bn1", planes)
+            conv(f"{p}.conv2", planes, planes, 3)
+            bn(f"{p}.bn2", planes)
+            if inplanes != planes:
+                conv(f"{p}.downsample.0", planes, inplanes, 1)
+                bn(f"{p}.downsample.1", planes)
+            inplanes = planes
+    state["fc.weight"] = 0.1 * torch.randn((num_classes, 64), generator=gen)
+    state["fc.bias"] = 0.1 * torch.randn(num_classes, generator=gen)
+    return state
+
+
+def reference_resnet_forward(w: dict, x: torch.Tensor, depth: int) -> torch.Tensor:
+    """The published CIFAR ResNet in eval mode, written with torch.nn.functional over the state dict:
+    stem conv3x3-BN-ReLU; BasicBlock = conv3x3(stride)-BN-ReLU-conv3x3-BN plus the identity or the
+    1x1-conv(stride)-BN shortcut, then ReLU; stride 2 in the first block of stages 2 and 3; AvgPool2d(8) on
+    the 8x8 map; FC."""
+
+    def bn(t, name):
+        mean, var = w[f"{name}.running_mean"], w[f"{name}.running_var"]
+        return F.batch_norm(t, mean, var, w[f"{name}.weight"], w[f"{name}.bias"], training=False, eps=1e-5)
+
+    def conv(t, name, stride=1, padding=1):
+        return F.conv2d(t, w[f"{name}.weight"], stride=stride, padding=padding)
+
+    out = F.relu(bn(conv(x, "conv1"), "bn1"))
+    for stage in (1, 2, 3):
+        for i in range((depth - 2) // 6):
+            p, stride = f"layer{stage}.{i}", 2 if stage > 1 and i == 0 else 1
+            branch = bn(
+                conv(F.relu(bn(conv(out, f"{p}.conv1", stride), f"{p}.bn1")), f"{p}.conv2"), f"{p}.bn2"
+            )
+            shortcut = out
+            if f"{p}.downsample.0.weight" in w:
+                shortcut = bn(conv(out, f"{p}.downsample.0", stride, padding=0), f"{p}.downsample.1")
+            out = F.relu(branch + shortcut)
+    pooled = F.avg_pool2d(out, 8).flatten(1)
+    return F.linear(pooled, w["fc.weight"], w["fc.bias"])
+
+
+def random_lenet_state(num_classes: int = 10, seed: int = 0) -> dict:
+    """A state dict of the repositories' MNIST LeNet: conv1 1->20 5x5, conv2 20->50 5x5, fc1 800->500, fc2."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = {"conv1": (20, 1, 5, 5), "conv2": (50, 20, 5, 5), "fc1": (500, 800), "fc2": (num_classes, 500)}
+    state = {}
+    for name, shape in shapes.items():
+        fan_in = int(torch.tensor(shape[1:]).prod())
+        state[f"{name}.weight"] = torch.randn(shape, generator=gen) * (2.0 / fan_in) ** 0.5
+        state[f"{name}.bias"] = 0.1 * torch.randn(shape[0], generator=gen)
+    return state
+
+
+def reference_lenet_forward(w: dict, x: torch.Tensor) -> torch.Tensor:
+    """The published LeNet: conv5x5-ReLU-maxpool2, conv5x5-ReLU-maxpool2, flatten, FC-ReLU, FC."""
+    out = F.max_pool2d(F.relu(F.conv2d(x, w["conv1.weight"], w["conv1.bias"])), 2, 2)
+    out = F.max_pool2d(F.relu(F.conv2d(out, w["conv2.weight"], w["conv2.bias"])), 2, 2)
+    out = F.relu(F.linear(out.flatten(1), w["fc1.weight"], w["fc1.bias"]))
+    return F.linear(out, w["fc2.weight"], w["fc2.bias"])
+
+
+def published_file(state: dict, fmt: str, arch: str | None) -> dict:
+    """A bare network state dict in ``fmt``'s layout: MACER's ``{'net', 'epoch'}``, or the Cohen-derived
+    ``{'epoch', 'arch', 'state_dict'}`` of ``Sequential(NormalizeLayer, net)`` (plain-tensor means/sds: no
+    ``0.`` keys, the network under ``1.``)."""
+    if fmt == "macer":
+        return {"net": dict(state), "epoch": 440}
+    return {"epoch": 90, "arch": arch, "state_dict": {f"1.{k}": v for k, v in state.items()}}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "depth", "arch", "model_cfg"),
+    [
+        ("cohen", 20, "cifar_resnet20", None),  # the arch string of the file, NormalizeLayer in front
+        (
+            "cohen",
+            14,
+            "cifar_resnet110",
+            {"_target_": "rs_lightning.models.cifar_resnet.CIFARResNet", "depth": 14},
+        ),
+        ("macer", 8, None, None),  # depth recognized from the keys (n = 1), no normalization
+    ],
+    ids=["cohen-arch", "cohen-model_cfg", "macer-inferred"],
+)
+def test_loaded_resnet_matches_an_independent_functional_forward_of_the_published_architecture(
+    tmp_path, fmt, depth, arch, model_cfg
+):
+    """The logits of a loaded file equal those of the reference architecture computed with
+    torch.nn.functional straight from the file's tensors, not from this project's CIFARResNet.
+
+    Exists to catch the one-line mutation ``return self.relu(out + residual)`` -> ``return out + residual``
+    in ``BasicBlock.forward`` (rs_lightning/models/cifar_resnet.py), and any other one-line change of the
+    architecture, which the loader tests above cannot see: they compare CIFARResNet with itself."""
+    w = random_bearpaw_state(depth, seed=depth)
+    path = save(published_file(w, fmt, arch), tmp_path / "checkpoint.pth")
+    model, meta = load_published(path, fmt, model_cfg, (3, 32, 32), 10, *CIFAR10)
+    assert meta["model"]["depth"] == depth
+    x = torch.rand((3, 3, 32, 32), generator=torch.Generator().manual_seed(5))
+    if fmt == "macer":  # MACER's network reads raw [0, 1] inputs
+        normalized = x
+    else:  # the Cohen-derived NormalizeLayer with the dataset's mean and std
+        mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in CIFAR10)
+        normalized = (x - mean) / std
+    expected = reference_resnet_forward(w, normalized, depth)
+    assert expected.abs().max() > 0.1 and expected.std() > 0.01  # logits that depend on the input
+    torch.testing.assert_close(logits(model, x), expected)
+
+
+@pytest.mark.parametrize("fmt", ["consistency", "macer"])
+def test_loaded_lenet_matches_an_independent_functional_forward_of_the_published_architecture(tmp_path, fmt):
+    """MNIST LeNet (smoothing-consistency ``code/archs/lenet.py``, MACER ``model.py``), no normalization.
+
+    Exists to catch a one-line mutation of ``LeNet.forward`` (rs_lightning/models/lenet.py), e.g. dropping
+    the ReLU after fc1 (``self.fc2(self.fc1(x.flatten(1)))``), which the self-comparing loader tests let
+    through."""
+    w = random_lenet_state()
+    path = save(published_file(w, fmt, "lenet"), tmp_path / "checkpoint.pth")
+    model, meta = load_published(path, fmt, None, (1, 28, 28), 10, None, None)
+    assert meta["arch"] == "lenet" and meta["normalization"] == "identity"
+    x = torch.rand((3, 1, 28, 28), generator=torch.Generator().manual_seed(6))
+    torch.testing.assert_close(logits(model, x), reference_lenet_forward(w, x))
