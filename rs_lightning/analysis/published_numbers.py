@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rs_lightning.smoothing.spec import CertificationSpec
+
 from .metrics import average_certified_radius, certified_accuracy
 
 DATASETS = ("cifar10", "mnist")
@@ -268,19 +270,17 @@ def _row(metric: str, radius: float | None, published: float, ours: float, se: f
 
 
 def published_protocol(published: PublishedCell) -> dict:
-    """The protocol values our run must share with the cell (keys of :func:`protocol_differences`)."""
+    """The protocol values our run must share with the cell (keys of :func:`protocol_differences`): the
+    cell's σ, budget and inputs, and for the rest Cohen's CERTIFY as :class:`CertificationSpec` defaults it
+    (test split, fixed n, fp32) — the published logs were all made that way."""
     p = published.protocol
+    cohen = CertificationSpec(sigma=published.sigma, n0=p.n0, n=p.n, alpha=p.alpha).protocol()
     return {
         "dataset": published.dataset,
         "sigma": published.sigma,
-        "n0": p.n0,
-        "n": p.n,
-        "alpha": p.alpha,
+        **{key: cohen[key] for key in ("n0", "n", "alpha")},
         "inputs": _describe_inputs(list(p.indices())),
-        "split": "test",
-        "mode": "certify",
-        "sampling": "cohen",
-        "precision": "32",
+        **{key: cohen[key] for key in ("split", "mode", "sampling", "precision")},
     }
 
 

@@ -134,26 +134,22 @@ class CertificationCallback(pl.Callback):
         return evenly_spaced(dataset_size, self.num_inputs)
 
     def certify_command_args(self, dataset_size: int) -> dict:
-        """The ``certify.py`` settings that reproduce this callback's numbers."""
+        """The ``certify.py`` settings that reproduce this callback's numbers: the spec's protocol (nested
+        settings as dotted keys) and the subset. The noise, and the norm unless one was given, are left to
+        ``certify.py``'s null: the checkpoint's training noise and its own norm (L∞ for ARS), as here."""
         indices = self.subset(dataset_size)
+        args: dict = {}
+        for key, value in self.spec.protocol().items():
+            if key in ("noise_block", "noise", "norm") or value is None:
+                continue
+            if isinstance(value, dict):
+                args |= {f"{key}.{k}": v for k, v in value.items() if v is not None}
+            else:
+                args[key] = value
+        if self.norm is not None:
+            args["norm"] = self.norm
         skip = indices[1] - indices[0] if len(indices) > 1 else 1
-        spec = self.spec
-        return {
-            "n0": spec.n0,
-            "n": spec.n,
-            "alpha": spec.alpha,
-            "seed": spec.seed,
-            "precision": spec.precision,
-            "sampling": spec.sampling,
-            **(
-                {f"sequential.{k}": v for k, v in dataclasses.asdict(spec.sequential).items()}
-                if spec.sequential
-                else {}
-            ),
-            "skip": skip,
-            "start": 0,
-            "max": indices[-1] + 1,
-        }
+        return args | {"skip": skip, "start": 0, "max": indices[-1] + 1}
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._due(trainer):

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from rs_testing import certify_config, train_config
+from rs_testing import REPO, certify_config, train_config
 
 from rs_lightning.analysis import COLUMNS, read_results
 from rs_lightning.cli.certify import certify
@@ -155,3 +155,26 @@ def test_training_resumes_from_its_last_checkpoint(tmp_path):
     after = torch.load(resumed["checkpoint"], weights_only=True)
     assert after["epoch"] == before["epoch"] + 1 and after["rs_lightning"]["sigma"] == 0.25
     assert after["global_step"] > before["global_step"]
+
+
+def test_callback_command_args_are_certify_py_keys_and_carry_a_given_norm():
+    """Catches: the callback's certify.py command built by hand beside the spec's protocol — a setting the
+    callback certifies with but the command leaves out (a given norm, a sequential look schedule), or a
+    key certify.py does not have (Hydra would refuse the override), or a null written as the string None."""
+    from omegaconf import OmegaConf
+
+    from rs_lightning.callbacks import CertificationCallback
+
+    conf = OmegaConf.load(REPO / "conf" / "certify.yaml")
+    callback = CertificationCallback(
+        num_inputs=10, n=400, sampling="sequential", norm="linf", precision="bf16"
+    )
+    args = callback.certify_command_args(360)
+    assert all(OmegaConf.select(conf, key, default="missing") != "missing" for key in args), args
+    assert None not in args.values()
+    assert args["norm"] == "linf" and args["sampling"] == "sequential" and args["precision"] == "bf16"
+    assert args["sequential.growth"] == 1.5
+    assert args["sequential.first_look"] == callback.spec.sequential.first_look
+    assert (args["n"], args["n0"], args["alpha"], args["seed"]) == (400, 100, 0.001, 0)
+    assert (args["start"], args["skip"], args["max"]) == (0, 36, 325)
+    assert "norm" not in CertificationCallback(num_inputs=10).certify_command_args(360)  # the checkpoint's
