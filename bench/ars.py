@@ -3,11 +3,11 @@
 ``python -m bench.ars [--quick] [--threads T] [--out PATH]`` writes ``bench/results/ars_cost.json``. For each
 setting, the engine (``sample_counts``, the code path of certify.py) draws the same number of noisy samples
 of one input with (a) the base classifier alone (vanilla: f(x + σε)) and (b) the ARS pipeline around the
-same classifier (two queries, the mask UNet, the average; extensions.md §1.3) and (c) its static-mask
+same classifier (two queries, the mask UNet, the average; Lyu et al., NeurIPS 2024) and (c) its static-mask
 baseline; the three are interleaved over repeats and the medians compared. The paper reports 12 s (Cohen)
-against 26 s (ARS) per certified input at k = 32 on an A100, i.e. about 2.2× (extensions.md §1.9, [3p]).
-Settings: the reference's CIFAR setting (ResNet-110 base, UNet width 32, 3×32×32) and this project's offline
-benchmark (LeNet base, UNet width 8, cluttered MNIST 1×56×56).
+against 26 s (ARS) per certified input at k = 32 on an A100, i.e. about 2.2× (Lyu et al. 2024, as quoted
+second-hand: not checked against the paper). Settings: the reference's CIFAR setting (ResNet-110 base, UNet
+width 32, 3×32×32) and this project's offline benchmark (LeNet base, UNet width 8, cluttered MNIST 1×56×56).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A PNG of what an ARS pipeline does to a few test images (extensions.md §1.3).
+"""A PNG of what an ARS pipeline (Lyu et al., NeurIPS 2024) does to a few test images.
 
     python scripts/ars_masks.py CHECKPOINT --out masks.png [--inputs 6] [--skip 1000] [--seed 0]
 

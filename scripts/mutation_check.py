@@ -138,7 +138,7 @@ MUTANTS = [
         "    if False:",
         "tests/smoothing/test_engine.py::test_non_finite_logits_stop_certification_naming_the_input",
     ),
-    # Adaptive RS (extensions.md §1.3, §1.10, §1.12)
+    # Adaptive RS (Lyu et al., NeurIPS 2024; the pipeline's accounting and independence properties)
     (
         "ars: the mask sees the clean x",
         "rs_lightning/models/ars.py",

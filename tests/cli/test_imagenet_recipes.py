@@ -1,17 +1,15 @@
 """The ImageNet recipes (``conf/experiment/*_imagenet_*.yaml``, docs/imagenet.md) against the reference.
 
-Each recipe's values are split in two: ``published``, what ../shared/reference gives for that ImageNet
-setting (section cited next to it), and ``chosen``, the values the reference does NOT give for it, taken from
-the nearest documented setting that the file's header names (UNVERIFIED). Both are asserted, so a change to
-either is deliberate. Then every recipe runs one training batch (fast_dev_run) through the real config tree
-on a fake ImageFolder tree (32x32 crops, 2 classes), with its own method and hyperparameters: only the data
-root, the image size, the batch size (8) and the network are swapped, and ``???`` files get dummies of the
-right shape.
+Each recipe's values are split in two: ``published``, what the authors' repository gives for that ImageNet
+setting (source cited next to it; see docs/references.md), and ``chosen``, the values the reference does NOT
+give for it, taken from the nearest documented setting that the file's header names (UNVERIFIED). Both are
+asserted, so a change to either is deliberate. Then every recipe runs one training batch (fast_dev_run)
+through the real config tree on a fake ImageFolder tree (32x32 crops, 2 classes), with its own method and
+hyperparameters: only the data root, the image size, the batch size (8) and the network are swapped, and
+``???`` files get dummies of the right shape.
 ResNet-50 is swapped for the CIFAR ResNet-20 as tests/cli/test_experiments.py swaps ResNet-110: fast on
 CPU, and ResNet-50's BatchNorm on 1x1 feature maps of 8 tiny images diverges after one step at lr 0.1 (an
 artefact of the tiny setting, not of the recipe).
-
-MC = methods-core.md, MA = methods-advanced.md.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from torch import nn
 
 from rs_lightning.cli.train import train
 
-SA_EPS_1 = 255 / 256  # SmoothAdv's "eps = 1" is --epsilon 255, divided by 256 (MC §3.2 units table)
+SA_EPS_1 = 255 / 256  # SmoothAdv's "eps = 1" is --epsilon 255, divided by 256 (train_pgd.py)
 
 
 def sgd(lr=0.1, wd=1e-4):
@@ -51,7 +49,7 @@ def recipe(method, ref, published, chosen=None, drops=None, required=None):
 COHEN = {
     s: recipe(
         "gaussian.GaussianAugmentation",
-        "MC §2 hyperparameter table (ImageNet column)",
+        "locuslab/smoothing train.py + experiments.MD (ImageNet)",
         {"sigma": sigma, "optim.max_epochs": 90, "data.batch_size": 400, **sgd()},
         drops=[30, 60],
     )
@@ -61,7 +59,7 @@ COHEN = {
 SMOOTHADV = {
     s: recipe(
         "smoothadv.SmoothAdv",
-        "MC §3.6 ImageNet (train_pgd.py defaults; PGD T = 1, m = 1) and §7.5 'SA PGD1 eps1' rows",
+        "smoothing-adversarial train_pgd.py defaults; PGD T = 1, m = 1: the released best ImageNet models",
         {
             "sigma": sigma,
             "optim.max_epochs": 90,
@@ -71,7 +69,7 @@ SMOOTHADV = {
             "method.epsilon": SA_EPS_1,
             "method.num_noise_vec": 1,
         },
-        # MC §3.6/§8: batch and warm-up UNVERIFIED (train_pgd.py default batch; README from-scratch warm-up)
+        # batch and warm-up UNVERIFIED (train_pgd.py default batch; README from-scratch warm-up)
         {"data.batch_size": 256, "method.warmup": 10, "method.multi_noise": False},
         drops=[30, 60],
     )
@@ -81,28 +79,28 @@ SMOOTHADV = {
 MACER = {
     s: recipe(
         "macer.MACER",
-        "MC §4.3 ImageNet and §7.2 timing table (120 epochs); the rest UNVERIFIED (§8)",
+        "RuntianZ/macer README timing table (ResNet-50, 120 epochs); the rest UNVERIFIED",
         {"sigma": sigma, "optim.max_epochs": 120},
         {
-            "method.num_noise_vec": 2,  # third-party mingyangyi/Lip README (MC §4.3), as lr 0.1 and batch 256
+            "method.num_noise_vec": 2,  # third-party mingyangyi/Lip README, as lr 0.1 and batch 256
             "data.batch_size": 256,
-            **sgd(),  # Cohen's ImageNet optimizer (MC §2); MACER's CIFAR-10 wd is 5e-4
-            "method.beta": 16.0,  # main.py defaults (MC §4.3)
+            **sgd(),  # Cohen's ImageNet optimizer; MACER's CIFAR-10 wd is 5e-4
+            "method.beta": 16.0,  # RuntianZ/macer main.py defaults
             "method.gamma": 8.0,
-            "method.lbd": lbd,  # the recalled CIFAR-10 per-sigma values (MC §4.3), as macer_cifar10_*
+            "method.lbd": lbd,  # the recalled CIFAR-10 per-sigma values, as macer_cifar10_*
             "method.deferred_epochs": 0,
-            "data.normalize": False,  # MC §0: the MACER repo has no normalization layer
+            "data.normalize": False,  # the MACER repo has no normalization layer
         },
         drops=[30, 60, 90],
     )
     for s, sigma, lbd in (("025", 0.25, 12.0), ("050", 0.5, 12.0), ("100", 1.0, 4.0))
 }
 
-CONSISTENCY_SCHEDULE = {"optim.max_epochs": 90, "data.batch_size": 256, **sgd()}  # MC §5.3: UNVERIFIED
+CONSISTENCY_SCHEDULE = {"optim.max_epochs": 90, "data.batch_size": 256, **sgd()}  # UNVERIFIED, not in repo
 CONSISTENCY = {
     "025": recipe(
         "consistency.Consistency",
-        "MC §5.3: no sigma = 0.25 ImageNet setting; sigma = 0.5's values",
+        "smoothing-consistency: no sigma = 0.25 ImageNet setting; sigma = 0.5's values",
         {"sigma": 0.25},
         {"method.num_noise_vec": 2, "method.lbd": 5.0, "method.eta": 0.5, **CONSISTENCY_SCHEDULE},
         drops=[30, 60],
@@ -110,7 +108,7 @@ CONSISTENCY = {
     **{
         s: recipe(
             "consistency.Consistency",
-            "MC §5.3 'ImageNet, ResNet-50' (m = 2, lambda = 5, eta per sigma) and §7.5",
+            "smoothing-consistency EXPERIMENTS.MD (m = 2, lambda = 5, eta per sigma), data/certify/imagenet",
             {"sigma": sigma, "method.num_noise_vec": 2, "method.lbd": 5.0, "method.eta": eta},
             {"method.loss": "default", **CONSISTENCY_SCHEDULE},
             drops=[30, 60],
@@ -122,7 +120,7 @@ CONSISTENCY = {
 SMOOTHMIX = {
     s: recipe(
         "smoothmix.SmoothMix",
-        "MA §1.2: ImageNet m/T/alpha/eta UNVERIFIED; the CIFAR-10 row of the same sigma",
+        "jh-jeong/smoothmix: ImageNet m/T/alpha/eta UNVERIFIED; the CIFAR-10 row of the same sigma",
         {"sigma": sigma},
         {
             "method.num_noise_vec": 2,
@@ -131,7 +129,7 @@ SMOOTHMIX = {
             "method.eta": 5.0,
             "method.mix_step": mix_step,
             "method.warmup": 10,
-            "optim.max_epochs": 90,  # Cohen's ImageNet schedule (MC §2), batch 256 of MA §0
+            "optim.max_epochs": 90,  # Cohen's ImageNet schedule, the codebases' batch 256
             "data.batch_size": 256,
             **sgd(),
         },
@@ -140,7 +138,7 @@ SMOOTHMIX = {
     for s, sigma, mix_step in (("025", 0.25, 0), ("050", 0.5, 1), ("100", 1.0, 1))
 }
 
-CATRS_IMAGENET_ROW = {  # MA §2.3 table, ImageNet ResNet-50 (sigma = 1.0)
+CATRS_IMAGENET_ROW = {  # alinlab/smoothing-catrs EXPERIMENTS.MD, ImageNet ResNet-50 (sigma = 1.0)
     "method.epsilon": 1.0,
     "method.num_steps": 1,
     "method.eps_double_epoch": 80,
@@ -148,7 +146,7 @@ CATRS_IMAGENET_ROW = {  # MA §2.3 table, ImageNet ResNet-50 (sigma = 1.0)
     "optim.max_epochs": 90,
     "optim.optimizer.lr": 0.1,
 }
-CATRS_DEFAULTS = {  # M = 2 is [U] (flag typo, MA §2.3); batch, momentum, wd: the codebase's defaults (MA §0)
+CATRS_DEFAULTS = {  # M = 2 is [U] (flag typo in EXPERIMENTS.MD); batch, momentum, wd: train_catrs.py defaults
     "method.num_noise_vec": 2,
     "data.batch_size": 256,
     "optim.optimizer.momentum": 0.9,
@@ -157,16 +155,16 @@ CATRS_DEFAULTS = {  # M = 2 is [U] (flag typo, MA §2.3); batch, momentum, wd: t
 CATRS = {
     "100": recipe(
         "catrs.CATRS",
-        "MA §2.3 table, ImageNet row (sigma = 1.0); released log §2.5",
+        "smoothing-catrs EXPERIMENTS.MD ImageNet row (sigma = 1.0); released data/imagenet",
         {"sigma": 1.0, "method.lbd": 2.0, **CATRS_IMAGENET_ROW},
         CATRS_DEFAULTS,
-        drops=[30, 60, 84],  # scheduler milestones; + offset 1: from epochs 31, 61, 85 (MA §2.3 --lr_drop 85)
+        drops=[30, 60, 84],  # scheduler milestones; + offset 1: from epochs 31, 61, 85 (--lr_drop 85)
         required="soft_labels",
     ),
     **{
         s: recipe(
             "catrs.CATRS",
-            "MA §2.3: ImageNet sigma = 1.0 only; that row with the CIFAR-10 lambda of this sigma",
+            "smoothing-catrs: ImageNet sigma = 1.0 only; that row with the CIFAR-10 lambda of this sigma",
             {"sigma": sigma},
             {"method.lbd": lbd, **CATRS_IMAGENET_ROW, **CATRS_DEFAULTS},
             drops=[30, 60, 84],  # + offset 1: from epochs 31, 61, 85
@@ -179,7 +177,7 @@ CATRS = {
 ACR_GAMING = {
     s: recipe(
         "acr_gaming.ACRGaming",
-        "MA §3.2 hyperparameter table, ImageNet rows (eth-sri/acr-weakness script/imagenet)",
+        "eth-sri/acr-weakness script/imagenet/train_*.sh",
         {
             "sigma": sigma,
             "method.num_noise_vec": m,
@@ -210,7 +208,7 @@ ACR_GAMING = {
 ARS = {
     "100": recipe(
         "ars.AdaptiveRS",
-        "extensions.md §1.7 (ARS src/configs/imagenet_ars.yaml; README: stage 2 trains the mask only)",
+        "ARS src/configs/imagenet_ars.yaml; its README: stage 2 trains the mask only",
         {
             "sigma": 1.0,
             "optim.max_epochs": 90,

@@ -1,4 +1,4 @@
-"""CompositeDataModule (ARS data, extensions.md §1.8): materialized test set, placement, blending, clutter,
+"""CompositeDataModule (ARS data, its src/dataset.py): materialized test set, placement, blending, clutter,
 background folders, the normalization mixture and the error messages; tiny synthetic data only."""
 
 from __future__ import annotations

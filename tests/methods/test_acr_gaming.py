@@ -1,4 +1,4 @@
-"""ACR gaming (Sun, Mao, Müller & Vechev, ICML 2025; methods-advanced.md §3.2–3.3): discard, reweight, sphere
+"""ACR gaming (Sun, Mao, Müller & Vechev, ICML 2025; eth-sri/acr-weakness): discard, reweight, sphere
 attack, the resampling sampler under Lightning's hook order and DDP sharding, presets and validation."""
 
 import collections
@@ -330,8 +330,8 @@ def test_sphere_attack_keeps_norms_keeps_fooling_draws_and_raises_the_loss():
 
 
 def _expected_sphere_noise(model, x, y, d0, steps, eta, m):
-    """§3.2 step 4 written out for one row: record δ at the first misclassification (before the update),
-    else δ ← δ + η g/(‖g‖+1e-8), δ ← δ‖δ0‖/(‖δ‖+1e-8); the last iterate if never fooled."""
+    """acr-weakness ``radius_PGD`` written out for one row: record δ at the first misclassification (before
+    the update), else δ ← δ + η g/(‖g‖+1e-8), δ ← δ‖δ0‖/(‖δ‖+1e-8); the last iterate if never fooled."""
     d = d0.clone()
     for _ in range(steps):
         d.requires_grad_(True)

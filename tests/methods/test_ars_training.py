@@ -1,4 +1,4 @@
-"""method=ars / ars_static (extensions.md §1.7): two optimizers, the mask-only stage, the static mask's
+"""method=ars / ars_static (ARS src/train.py): two optimizers, the mask-only stage, the static mask's
 projection, and a trained checkpoint certified in L∞ through certify.py."""
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ schedule. The reference loops are emulated with real torch schedulers and the re
 - ``start``: ``scheduler.step(epoch)`` before each epoch (locuslab/smoothing train.py, SmoothAdv
   train_pgd.py);
 - ``after``: the legacy ``scheduler.step(epoch)`` after each epoch (smoothing-consistency train_*.py,
-  SmoothMix, CAT-RS and its MACER re-run; methods-core.md §5.3, methods-advanced.md §0);
-- ``modern``: ``scheduler.step()`` after each epoch (eth-sri/acr-weakness; methods-advanced.md §0; ARS's
-  ``src/train.py``, extensions.md §1.7);
+  SmoothMix, CAT-RS and its MACER re-run: jh-jeong/smoothmix, alinlab/smoothing-catrs ``code/train*.py``);
+- ``modern``: ``scheduler.step()`` after each epoch (eth-sri/acr-weakness ``code/train.py``; ARS's
+  ``src/train.py``);
 - ``before``: ``scheduler.step()`` before each 1-based epoch (RuntianZ/macer main.py, PyTorch >= 1.1).
 
 The style per experiment comes from the reference, not from the config, so a file with the wrong
@@ -167,8 +167,9 @@ def _epoch_values(csv_path: Path, key: str) -> list[float]:
 
 @pytest.mark.parametrize(("offset", "expected"), [(1, [0.0, 0.0, 16.0]), (0, [0.0, 16.0, 16.0])])
 def test_macer_lambda_is_zero_until_the_first_lr_drop(tmp_path, offset, expected):
-    """methods-core.md §4.3: the deferred robustness term switches on with the first LR drop, wherever the
-    recipe's drop lands (legacy timing: from epoch 2 of this scaled run; modern: from epoch 1)."""
+    """smoothing-consistency ``train_macer.py --deferred``: the deferred robustness term switches on with the
+    first LR drop, wherever the recipe's drop lands (legacy timing: from epoch 2 of this scaled run; modern:
+    from epoch 1)."""
     cfg = train_config(
         tmp_path, ["experiment=macer_mnist_sigma025", "data=digits", "model=digits_cnn", "logger=csv",
                    "optim.max_epochs=3", "optim.scheduler.step_size=1", "method.num_noise_vec=2",
@@ -199,30 +200,30 @@ def test_macer_deferral_until_an_lr_drop_needs_a_scheduler(tmp_path):
 # read off the reference's code and its call style (the module docstring). The scaled test above checks the
 # timing convention; this one pins the absolute numbers, so a wrong step_size, milestone or epoch count fails.
 FULL_SCHEDULES = {
-    # smoothing-consistency MNIST (methods-core §2, §3.6, §4.3, §5.3): StepLR(30), legacy step after
+    # smoothing-consistency MNIST (train_cohen/salman/macer/consistency.py): StepLR(30), legacy step after
     r"(cohen|consistency|consistency_smoothadv|macer|smoothadv|smoothmix)_mnist_sigma\d+": (90, [31, 61]),
-    # CAT-RS MNIST and its soft-label source (methods-advanced §2.3): 150 epochs, StepLR(50), legacy after
+    # CAT-RS MNIST and its soft-label source (EXPERIMENTS.MD): 150 epochs, StepLR(50), legacy after
     r"(catrs_mnist_sigma\d+|cohen_mnist_sigma025_catrs_pretrain)": (150, [51, 101]),
-    # Cohen's train.py (methods-core §2): StepLR(30) stepped with step(epoch) at the start of each epoch
+    # Cohen's train.py: StepLR(30) stepped with step(epoch) at the start of each epoch
     r"cohen_(cifar10|imagenet)_sigma(025|050|100)": (90, [30, 60]),
-    # SmoothAdv train_pgd.py (methods-core §3.6): CIFAR-10 150 / StepLR(50), ImageNet 90 / StepLR(30)
+    # SmoothAdv train_pgd.py and README: CIFAR-10 150 / StepLR(50), ImageNet 90 / StepLR(30)
     r"smoothadv_cifar10_sigma\d+": (150, [50, 100]),
     r"smoothadv_imagenet_sigma\d+": (90, [30, 60]),
     # Consistency, SmoothMix, CAT-RS CIFAR-10, CAT-RS's Gaussian pretrain and MACER re-run: StepLR(50)
     r"(consistency|consistency_smoothadv|smoothmix|catrs)_cifar10_sigma\d+": (150, [51, 101]),
     r"cohen_cifar10_sigma025_catrs_pretrain|macer_cifar10_sigma(050|100)": (150, [51, 101]),
-    # ImageNet: Consistency / SmoothMix StepLR(30) legacy; CAT-RS with its extra x0.1 from epoch 85 (§2.3; its
-    # --lr_drop is applied by hand at the start of epoch 85, not by the legacy-stepped scheduler)
+    # ImageNet: Consistency / SmoothMix StepLR(30) legacy; CAT-RS with its extra x0.1 from epoch 85 (its
+    # EXPERIMENTS.MD; --lr_drop is applied by hand at the start of epoch 85, not by the legacy scheduler)
     r"(consistency|smoothmix)_imagenet_sigma\d+": (90, [31, 61]),
     r"catrs_imagenet_sigma\d+": (90, [31, 61, 85]),
-    # RuntianZ/macer main.py CIFAR-10 (methods-core §4.3): 440 epochs, MultiStepLR([200, 400]), step() before
+    # RuntianZ/macer main.py CIFAR-10: 440 epochs, MultiStepLR([200, 400]), step() before
     r"macer_cifar10_sigma025": (440, [199, 399]),
     # MACER ImageNet (UNVERIFIED recipe, see the file): 120 epochs, Cohen's StepLR(30) timing
     r"macer_imagenet_sigma\d+": (120, [30, 60, 90]),
-    # eth-sri/acr-weakness (methods-advanced §3): MultiStepLR([50, 100]), step() after each epoch; ImageNet 90
+    # eth-sri/acr-weakness train.py, script/: MultiStepLR([50, 100]), step() after each epoch; ImageNet 90
     r"acr_gaming_cifar10_sigma\d+": (150, [50, 100]),
     r"acr_gaming_imagenet_sigma\d+": (90, [50]),
-    # ARS src/train.py (extensions.md §1.7): StepLR(30), step() after each epoch; CIFAR-10 20kBG 100 epochs,
+    # ARS src/train.py, src/configs/*.yaml: StepLR(30), step() after each epoch; CIFAR-10 20kBG 100 epochs,
     # ImageNet 90; the offline cluttered-MNIST benchmark uses the MNIST LeNet recipe (90 epochs)
     r"ars(_static|_vanilla)?_cifar10_composite_sigma050": (100, [30, 60, 90]),
     r"ars_imagenet_sigma100|ars(_static|_vanilla)?_cluttered_mnist_sigma050": (90, [30, 60]),

@@ -1,4 +1,5 @@
-"""SmoothAdv (Salman et al. 2019): loss and attacks against formulas written out here (methods-core.md §3)."""
+"""SmoothAdv (Salman et al. 2019): loss and attacks against formulas written out here (Salman et al.'s
+Eq. (S); Hadisalman/smoothing-adversarial code/attacks.py)."""
 
 import functools
 import math

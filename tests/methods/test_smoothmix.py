@@ -1,4 +1,4 @@
-"""SmoothMix (Jeong et al., NeurIPS 2021) against methods-advanced.md §1.1 written out here."""
+"""SmoothMix (Jeong et al., NeurIPS 2021) against jh-jeong/smoothmix code/train.py written out here."""
 
 import functools
 
@@ -68,7 +68,7 @@ def _inputs(m, seed=1):
 
 # ---------------------------------------------------------- the formula, written independently
 def _reference(model, x, y, noise, lam, *, m, T, alpha, eta, mix_step, w_e, detach_target=False):
-    """methods-advanced.md §1.1 steps 1-6 with explicit per-noise loops; returns (loss, ce, mix, c, x_c)."""
+    """jh-jeong/smoothmix ``train`` with explicit per-noise loops; returns (loss, ce, mix, c, x_c)."""
     delta = noise.view(len(x), m, *x.shape[1:])  # delta[:, i] = δ_i of every image (image-major draw)
     rows = torch.arange(len(x))
 

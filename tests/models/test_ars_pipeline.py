@@ -1,4 +1,4 @@
-"""The ARS pipeline (extensions.md §1.3, §1.5; the tests of §1.12)."""
+"""The ARS pipeline (Lyu et al., NeurIPS 2024; ubc-systopia/adaptive-randomized-smoothing src/models/)."""
 
 from __future__ import annotations
 
@@ -149,8 +149,9 @@ def test_the_mask_never_sees_the_clean_input():
 
 
 def test_radius_oracles_of_the_reference():
-    """extensions.md §1.6/§1.12: the released log's first row (k = 64, σ = 0.5, pA_lower = 0.756536) prints
-    r∞ = 0.003136, and the ceiling for n = 5e4, α = 0.05 at k = 64, σ = 0.5 is 0.01735 (d = 3·64·64)."""
+    """ARS assets/sample_certification_log_cifar_sig05_pad16_ars.txt: the released log's first row
+    (k = 64, σ = 0.5, pA_lower = 0.756536) prints r∞ = 0.003136, and the ceiling for n = 5e4, α = 0.05 at
+    k = 64, σ = 0.5 is 0.01735 (d = 3·64·64)."""
     d = 3 * 64 * 64
     assert float(radius_from_pa(0.756535932600474, 0.5, "linf", d)) == pytest.approx(0.003136, abs=5e-7)
     assert max_certifiable_radius(0.5, 50_000, 0.05, "linf", d) == pytest.approx(0.01735, abs=5e-6)
@@ -265,7 +266,7 @@ class LearnedMask(nn.Module):
 
 
 def test_the_gradient_reaches_the_mask_through_every_path():
-    """extensions.md §1.7: with reparameterized noise the loss reaches the mask through m₂ = w⊙x, through
+    """ARS src/train.py: with reparameterized noise the loss reaches the mask through m₂ = w⊙x, through
     σ₂(‖w‖) and through the averaging weights. Autograd must equal a central finite difference (float64) of
     the same fixed-noise loss along a random direction; detaching σ₂ (a plausible bug that still trains)
     changes the directional derivative by far more than the finite-difference error, which is checked too."""

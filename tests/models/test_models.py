@@ -1,4 +1,4 @@
-"""Architectures and the normalization layer (methods-core.md §0)."""
+"""Architectures and the normalization layer (locuslab/smoothing code/archs/, code/datasets.py)."""
 
 from __future__ import annotations
 

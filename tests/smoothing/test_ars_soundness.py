@@ -1,6 +1,6 @@
 """CERTIFY around an Adaptive-RS pipeline is sound, on a construction whose answer is known exactly.
 
-The pipeline (extensions.md §1.3) runs a data-dependent mask: w = 0.2 + 0.6·sigmoid(4·m₁[1]) on every
+The pipeline (Lyu et al. 2024) runs a data-dependent mask: w = 0.2 + 0.6·sigmoid(4·m₁[1]) on every
 coordinate, a function of the first query's second coordinate only. Given w, σ₂ = σ·w/√(1 − f) (the mask
 norm over √d is w), so x̂₀ − x₀ has variance 1/(1/σ₁² + w²/σ₂²) = σ² whatever w is, and it is independent of
 m₁[1]: x̂₀ ~ N(x₀, σ²) unconditionally. A half-space classifier on x̂₀ therefore has pA = Φ(|x₀|/σ), and a

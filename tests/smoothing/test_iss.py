@@ -1,4 +1,5 @@
-"""Input-specific sampling's sample-size table ψ (Chen et al., AAAI 2022; methods-advanced.md §4.1)."""
+"""Input-specific sampling's sample-size table ψ (Chen et al., AAAI 2022; roy-ch/Input-Specific-Certification
+``certify_iss.py`` ``generate_iss``)."""
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ def at(psi, p):
 
 @pytest.mark.parametrize(
     ("decline", "c", "expected"),
-    [  # methods-advanced.md §4.1, "Shape" table (K = 1e5, b = 200, alpha = 0.001, sigma = 1)
+    [  # generate_iss's rule computed independently with scipy (K = 1e5, b = 200, alpha = 0.001, sigma = 1)
         ("ad", 0.05, [0, 4_000, 4_800, 6_400, 17_600, 40_400, 81_800]),
         ("ad", 0.01, [30_400, 30_800, 34_000, 39_200, 61_400, 80_800, 96_200]),
         ("rd", 0.01, [98_000, 70_200, 39_600, 32_400, 37_600, 55_600, 85_800]),

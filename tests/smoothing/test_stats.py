@@ -43,7 +43,7 @@ def test_radius_formula_and_abstention_threshold():
 
 @pytest.mark.parametrize(("n", "factor"), [(100_000, 3.811), (10_000, 3.199), (1_000, 2.463), (100, 1.500)])
 def test_radius_cap_closed_form(n, factor):
-    # sigma * Phi^-1(alpha^(1/n)); methods-advanced.md §3.1 table at alpha = 0.001.
+    # sigma * Phi^-1(alpha^(1/n)) at alpha = 0.001 (the constant classifier's radius, Sun et al. 2025, Thm 1).
     sigma = 0.25
     assert max_certifiable_radius(sigma, n, 0.001) == pytest.approx(sigma * norm.ppf(0.001 ** (1 / n)))
     assert max_certifiable_radius(1.0, n, 0.001) == pytest.approx(factor, abs=5e-4)
