@@ -186,17 +186,10 @@ def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> 
             lock.close()
 
 
-def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
-    """:func:`train` once its configuration is checked and its output folder locked."""
-    ckpt_path, resumed = resume_checkpoint(cfg)
-    pl.seed_everything(cfg.seed, workers=True)
-    if not torch.cuda.is_available():
-        tune_cpu_allocator()
-    datamodule = instantiate(cfg.data)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
+def build_method(cfg: DictConfig, datamodule) -> pl.LightningModule:
+    """The training method (``cfg.method``) around ``cfg.model`` built for the data's shape and classes."""
     net = instantiate(cfg.model, input_shape=datamodule.input_shape, num_classes=datamodule.num_classes)
-    method = instantiate(
+    return instantiate(
         cfg.method,
         model=build_classifier(net, datamodule.mean, datamodule.std),
         sigma=cfg.sigma,
@@ -208,6 +201,18 @@ def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
         on_nonfinite_loss_max_share=cfg.get("on_nonfinite_loss_max_share", 0.1),
         scheduler_epoch_offset=cfg.optim.get("scheduler_epoch_offset", 0),
     )
+
+
+def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
+    """:func:`train` once its configuration is checked and its output folder locked."""
+    ckpt_path, resumed = resume_checkpoint(cfg)
+    pl.seed_everything(cfg.seed, workers=True)
+    if not torch.cuda.is_available():
+        tune_cpu_allocator()
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    method = build_method(cfg, datamodule)
     method.metadata = checkpoint_metadata(cfg, datamodule)  # not via instantiate: it holds _target_ strings
     datamodule.train_with_index = method.needs_sample_index
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
