@@ -59,3 +59,45 @@ def test_the_launchers_compose(launcher, target):
     assert cfg.hydra.launcher._target_.endswith(target)
     if launcher == "slurm_ddp":
         assert cfg.hydra.launcher.tasks_per_node == 4 and cfg.hydra.launcher.gpus_per_node == 4
+
+
+def readme_block(marker: str) -> str:
+    """The fenced bash block of README.md that holds ``marker``, as a user would copy it."""
+    text = (REPO / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```bash\n")[1:]]
+    (block,) = [b for b in blocks if marker in b]
+    return block
+
+
+def test_the_readme_loop_certifies_every_job_of_a_sweep_and_reports_them(tmp_path):
+    """Catches: the README's "after a sweep, certify each job" loop failing on the README's own sweep (job
+    folders named ``0_sigma=0.25`` stopped certify.py in Hydra's override grammar at the second ``=``). The
+    loop runs as written — only the sweep folder, the interpreter and the budget are substituted — over one
+    job folder of today's naming and one of the old ``key=value,key=value`` naming."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    sweep = tmp_path / "multirun"
+    args = [
+        sys.executable, str(REPO / "train.py"), "-m", f"hydra.sweep.dir={sweep}", "sigma=0.25,0.5", "seed=0",
+        "optim.max_epochs=1", "+trainer.limit_train_batches=2", "+trainer.limit_val_batches=1", "logger=none",
+        "~callbacks.certification", "trainer.enable_progress_bar=false",
+    ]  # fmt: skip
+    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 2 and not any("=" in job or "," in job for job in jobs), jobs
+    assert "_sigma-0.25_" in jobs[0] and "_sigma-0.5_" in jobs[1]
+    (sweep / jobs[1]).rename(sweep / "1_seed=0,sigma=0.5")  # a folder from a sweep before the naming changed
+    loop = readme_block("for job in multirun/train/DATE/TIME/*/")
+    assert "n=100000" in loop and "--out outputs/report/my_sweep" in loop
+    loop = loop.replace("multirun/train/DATE/TIME", str(sweep)).replace("python ", f"{sys.executable} ")
+    loop = loop.replace("n=100000", "n=100 max=200").replace(
+        "outputs/report/my_sweep", str(tmp_path / "report")
+    )
+    done = subprocess.run(
+        ["bash", "-e", "-c", loop], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for job in (jobs[0], "1_seed=0,sigma=0.5"):
+        assert (sweep / job / "certify" / "certify.tsv").is_file()
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert jobs[0] in report and "1_seed=0,sigma=0.5" in report
