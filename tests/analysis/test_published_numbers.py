@@ -26,7 +26,7 @@ ALL_METHODS = "cohen, smoothadv, macer, consistency, smoothmix, catrs, acr_gamin
 
 
 def cap(sigma: float, n: int = 100_000, alpha: float = 0.001) -> float:
-    """Largest certifiable radius σ·Φ⁻¹(α^(1/N)) (methods-core.md §1.1)."""
+    """Largest certifiable radius σ·Φ⁻¹(α^(1/N)): Cohen et al.'s CERTIFY with n_A = N."""
     return sigma * norm.ppf(alpha ** (1 / n))
 
 
@@ -248,7 +248,7 @@ def test_report_published_writes_the_differences(catrs_run, tmp_path, capsys):
     text = (tmp_path / "published.md").read_text()
     assert printed.startswith(text)
     assert "- Protocol: the same as the published one" in text and "PROTOCOL DIFFERENCE" not in text
-    assert "row “CAT-RS” of methods-advanced.md §3.5 (Sun et al. 2025 Table 2, released logs)" in text
+    assert "row “CAT-RS” of Sun et al. 2025 Table 2 (released logs: eth-sri/acr-weakness" in text
     assert "| certified accuracy | 0.25 | 56.8 | 54.80 | 0.50 | -2.00 | -4.0 |" in text
     assert "| certified accuracy | 0.5 | 50.5 | 50.50 | 0.50 | +0.00 | +0.0 |" in text
     with (tmp_path / "published.csv").open() as f:
