@@ -10,7 +10,7 @@
 # trainer.limit_train_batches: 78 of 235 batches; 3 passes in all), the classifier's StepLR(30, x0.1) ->
 # StepLR(3) and the mask's StepLR(30, x0.5) -> StepLR(3), drops after epochs 3 and 6 (ARS's train.py timing).
 # (One ARS step costs ~4x a vanilla one on this CPU: the full 9 passes would take ~3 CPU hours for ARS alone.) Certification: ARS's own alpha = 0.05
-# and n0 = 100 (extensions.md §1.6), n = 1,000 (reference 50,000; cut for the CPU, where one ARS sample costs
+# and n0 = 100 (its src/certify.py), n = 1,000 (reference 50,000; cut for the CPU, where one ARS sample costs
 # 3.7 vanilla ones, bench/results/ars_cost.json; the largest certifiable r_inf is then 0.0245 instead of
 # 0.034) on 500 test canvases (skip=20), L-infinity radii (norm=linf).
 # Each process has one thread; every stage skips finished work, so a rerun resumes.

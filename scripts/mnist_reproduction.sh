@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 11 item 4: Gaussian and Consistency on full MNIST with LeNet at the published 90-epoch recipe
-# (methods-core.md §2 / §5.3, smoothing-consistency train_cohen.py / train_consistency.py), sigma 0.25 and 0.5,
+# (jh-jeong/smoothing-consistency train_cohen.py / train_consistency.py, EXPERIMENTS.MD), sigma 0.25 and 0.5,
 # then CERTIFY on the same 200 test images (idx 0, 50, ..., 9950) at alpha = 0.001 and N = BUDGETS (default
-# 10,000 and 100,000), then the reports against the published table (methods-core.md §7.6, full test set).
+# 10,000 and 100,000), then the reports against the published table (Jeong & Shin 2020, full test set).
 # LR schedule as the reference runs it: its legacy scheduler.step(epoch) after each epoch makes StepLR(30)'s
 # drops take effect from 0-based epochs 31 and 61 (the experiment files' optim.scheduler_epoch_offset: 1).
 # Resumable: every run uses a fixed folder and ckpt_path=last, and certify.py skips certified rows, so

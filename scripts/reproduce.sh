@@ -11,8 +11,8 @@
 #                                       # GPU_JSON=FILE: a make bench-gpu output, default bench/results/gpu.json)
 #
 # The cells, their published numbers and their certification protocol (test indices, N0, N, alpha) come from
-# rs_lightning/analysis/published_numbers.py: CIFAR-10 = Sun et al. 2025 Table 2 (methods-advanced.md §3.5),
-# MNIST = methods-core.md §7.6 (+ CAT-RS's ACR, methods-advanced.md §2.5). A cell without a published number or
+# rs_lightning/analysis/published_numbers.py: CIFAR-10 = Sun et al. 2025 Table 2, MNIST = Jeong & Shin 2020's
+# MNIST table (+ CAT-RS's ACR), all as the authors' released logs. A cell without a published number or
 # an experiment file is refused (one line "error: ...", exit status 2) before any work.
 #
 # Steps (each resumable: rerun the same command after an interruption):

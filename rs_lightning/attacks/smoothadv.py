@@ -4,7 +4,7 @@ All three attacks maximize, within the L2 ball ``||x' - x||_2 <= eps`` and the b
 
     l_adv(x') = -log( (1/m) sum_j softmax(f(x' + delta_j))_y )                 (Salman et al. Eq. (S))
 
-with the ``m`` noise draws ``delta_j`` fixed for the whole attack (methods-core.md §3.1). With ``m = 1`` it
+with the ``m`` noise draws ``delta_j`` fixed for the whole attack (as ``code/attacks.py``). With ``m = 1`` it
 is the plain cross-entropy CE(f(x' + delta_1), y) (log-softmax, no floor), as in the reference code.
 
 **Noise layout.** ``noise`` is always **(m, B, *x.shape[1:])**: ``noise[j, b]`` is draw j of image b (the
@@ -108,7 +108,7 @@ def smoothadv_pgd(
     clamp_first: bool = True,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """SmoothAdv-PGD (methods-core.md §3.3; reference ``PGD_L2``): T normalized-gradient ascents on l_adv.
+    """SmoothAdv-PGD (Hadisalman/smoothing-adversarial ``PGD_L2``): T normalized-gradient ascents on l_adv.
 
     Delta starts at 0; step size alpha = 2 eps / T; each step: Delta += alpha * g / ||g||_2 (N(0, I) where
     g = 0), clamp x + Delta into [0,1], then project Delta onto the eps-ball (``clamp_first=False``: project
@@ -139,7 +139,7 @@ def smoothadv_pgd(
 
 
 def nograd_direction(model: nn.Module, x: torch.Tensor, y: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """g_hat = (1/m) sum_j (-F(x + delta_j)_y) * delta_j (methods-core.md §3.4), without backpropagation.
+    """g_hat = (1/m) sum_j (-F(x + delta_j)_y) * delta_j (``--no-grad-attack``), without backpropagation.
 
     By the Gaussian-smoothing identity grad E[F(x+delta)_y] = E[delta F(x+delta)_y] / sigma^2, this is
     sigma^2 times an estimate of the ascent direction of -E[F(x+delta)_y] (the probability, not its log).
@@ -161,8 +161,8 @@ def smoothadv_pgd_nograd(
     *,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """SmoothAdv-PGD with the gradient-free direction of :func:`nograd_direction` (``--no-grad-attack``;
-    methods-core.md §3.4): same Delta = 0 start, alpha = 2 eps / T, normalization, clamp and projection as
+    """SmoothAdv-PGD with the gradient-free direction of :func:`nograd_direction` (``--no-grad-attack``
+    of ``code/train_pgd.py``): same Delta = 0 start, alpha = 2 eps / T, normalization, clamp and projection as
     :func:`smoothadv_pgd`. Needs m >= 2 draws (the reference uses it only then)."""
     _check_inputs(x, y, noise)
     if noise.shape[0] < 2:
@@ -189,7 +189,7 @@ def smoothadv_ddn(
     levels: int | None = 256,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """SmoothAdv-DDN (methods-core.md §3.5; reference ``DDN``, from Rony et al. 2019's fast_adversarial).
+    """SmoothAdv-DDN (reference ``DDN``, from Rony et al., CVPR 2019, jeromerony/fast_adversarial).
 
     Delta = 0, norm rho = ``init_norm``; step size cosine-annealed from 1 to 0.01 over T steps, the schedule
     advanced *before* each step (lr_t = 0.01 + 0.99 (1 + cos(pi (t+1) / T)) / 2, t = 0..T-1). Each step:

@@ -1,5 +1,5 @@
-"""Budget conversion (Sun et al. 2025, Appendix B; methods-advanced.md §3.4) and the constant classifier's
-closed form (§3.1, Theorem 1), against exact identities, scipy's binomial pmf and Monte Carlo."""
+"""Budget conversion (Sun et al. 2025, Appendix B; acr-weakness data/ecdf) and the constant classifier's
+closed form (Theorem 1), against exact identities, scipy's binomial pmf and Monte Carlo."""
 
 import json
 
@@ -145,7 +145,7 @@ def test_radius_cap_at_p_hat_one_and_clopper_pearson_behaviour():
         cap = max_certifiable_radius(SIGMA, budget, ALPHA)
         assert plugin_radius([1.0], budget, SIGMA, ALPHA)[0][0] == pytest.approx(cap, rel=1e-12)
         assert expected_radius([1.0], budget, SIGMA, ALPHA)[0] == pytest.approx(cap, rel=1e-12)
-    # methods-advanced.md §3.2: sigma-free radius at N = 16, alpha = 0.1 for k = 12 ... 16
+    # acr-weakness --dataset_weight: sigma-free radius at N = 16, alpha = 0.1 for k = 12 ... 16
     radius, certified = radius_at_count(np.arange(12, 17), 16, 1.0, 0.1)
     np.testing.assert_allclose(radius, [0.154, 0.329, 0.526, 0.765, 1.108], atol=6e-4)
     assert certified.all() and not radius_at_count(11, 16, 1.0, 0.1)[1]
@@ -156,7 +156,7 @@ def test_radius_cap_at_p_hat_one_and_clopper_pearson_behaviour():
 
 
 def test_constant_classifier_closed_form_and_the_reference_numbers():
-    """methods-advanced.md §3.1: Φ⁻¹(α^(1/N)) at α = 0.001, the CIFAR-10 ACRs, and N ≈ 4e17."""
+    """Sun et al. 2025, Theorem 1: Φ⁻¹(α^(1/N)) at α = 0.001, the CIFAR-10 ACRs (Table 2), and N ≈ 4e17."""
     budgets = [1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e9]
     np.testing.assert_allclose(
         constant_classifier_acr(1.0, 1.0, ALPHA, budgets),

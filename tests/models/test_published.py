@@ -1,5 +1,5 @@
-"""Loading the published repositories' checkpoints (methods-core.md §0 "Checkpoint format",
-methods-advanced.md §0): synthetic files in each repository's exact layout give the logits of the network
+"""Loading the published repositories' checkpoints (the ``torch.save`` of each repository's training script):
+synthetic files in each repository's exact layout give the logits of the network
 that wrote them."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ COHEN_DERIVED = tuple(f for f in FORMATS if f != "macer")
 
 class PlainTensorNormalize(nn.Module):
     """Like the repositories' NormalizeLayer/InputCenterLayer: means/sds are plain attributes, not buffers,
-    so the saved state dict has no ``0.`` keys (methods-core.md §0)."""
+    so the saved state dict has no ``0.`` keys (locuslab/smoothing code/datasets.py)."""
 
     def __init__(self, means, sds=None):
         super().__init__()
@@ -121,7 +121,7 @@ CASES = [
 
 @pytest.mark.parametrize(("fmt", "arch", "make", "norm", "num_classes", "legacy"), CASES)
 def test_cohen_derived_layouts_give_the_same_logits(tmp_path, fmt, arch, make, norm, num_classes, legacy):
-    """methods-core.md §0: Sequential(NormalizeLayer, net) saved as {epoch, arch, state_dict, optimizer}."""
+    """Cohen's train.py: Sequential(NormalizeLayer, net) saved as {epoch, arch, state_dict, optimizer}."""
     net = make()
     layer0 = nn.Identity() if norm is None else PlainTensorNormalize(*norm)
     wrapped = nn.Sequential(layer0, net).eval()
