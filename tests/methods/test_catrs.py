@@ -73,7 +73,7 @@ def _kl(p, logits):
 
 def _expected_loss(model, x, y, p, noise, k, lam, eps, steps):
     """mean_b [ (1/M) Σ_{j<=K_b} ce_(j),b + λ 1[K_b=M] max_i KL(p_b ‖ softmax f(x_b + δ*_i)) ], δ* from
-    T steps of δ += (2ε/T) g/(‖g‖+1e-8), δ−δ0 onto the ε-ball, δ ← μ0 + (δ − mean δ)·s0/RMS(δ) (§2.2)."""
+    T steps of δ += (2ε/T) g/(‖g‖+1e-8), δ−δ0 onto the ε-ball, δ ← μ0 + (δ − mean δ)·s0/RMS(δ) (KL_PGD)."""
     total = 0.0
     for b in range(len(x)):
         kb = max(int(k[b]), 1)

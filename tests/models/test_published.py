@@ -141,7 +141,7 @@ def test_cohen_derived_layouts_give_the_same_logits(tmp_path, fmt, arch, make, n
 
 
 def test_smoothadv_input_center_layer(tmp_path):
-    """SmoothAdv's InputCenterLayer (x - mean, no std) for its ImageNet / from-scratch CIFAR models (§0)."""
+    """SmoothAdv's InputCenterLayer (x - mean) for its ImageNet / from-scratch CIFAR models (README)."""
     net = resnet20()
     wrapped = nn.Sequential(PlainTensorNormalize(CIFAR10[0]), net).eval()
     path = save(cohen_file(wrapped, "cifar_resnet20"), tmp_path / "checkpoint.pth.tar")
