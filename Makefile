@@ -1,4 +1,4 @@
-# rs-lightning: every target creates .venv on first use (README "Quickstart").
+# rs-lightning: every target creates .venv on first use (README.md, "Quickstart").
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python

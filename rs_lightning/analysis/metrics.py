@@ -54,7 +54,7 @@ def pa_ecdf(pa, grid=ECDF_GRID) -> np.ndarray:
 
 
 def summarize(radius, correct, predict, pa_hat, *, radii, n=None, samples=None, ecdf_grid=ECDF_GRID) -> dict:
-    """The ``summary.json`` metrics of one certification run (keys as in README.md, "Output files").
+    """The ``summary.json`` metrics of one certification run (keys: docs/certification.md, "Output files").
 
     ``n`` (estimation draws per input) and ``samples`` (all draws per input) add their means ``mean_n`` and
     ``mean_samples`` (input-specific sampling makes them vary by input).

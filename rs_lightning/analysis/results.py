@@ -1,10 +1,11 @@
 """The result files ``certify.tsv`` and ``predict.tsv``: append-only, flushed row by row, resumable.
 
-CERTIFY columns (README.md, "Output files"): Cohen et al.'s ``idx label predict radius correct time`` first,
-then ``nA n pA_lower pA_hat n0 nA0 samples`` (``n``: estimation draws of this input, which input-specific
-sampling chooses per input; ``samples``: every draw the input cost, selection or pilot included). PREDICT
-columns: ``idx label predict correct time n nA nB pvalue`` (top two counts and the two-sided binomial test's
-p-value). The rows are built here, from engine results, for ``certify.py`` and the training callback alike.
+CERTIFY columns (docs/certification.md, "Output files"): Cohen et al.'s ``idx label predict radius correct
+time`` first, then ``nA n pA_lower pA_hat n0 nA0 samples`` (``n``: estimation draws of this input, which
+input-specific sampling chooses per input; ``samples``: every draw the input cost, selection or pilot
+included). PREDICT columns: ``idx label predict correct time n nA nB pvalue`` (top two counts and the
+two-sided binomial test's p-value). The rows are built here, from engine results, for ``certify.py`` and the
+training callback alike.
 A rerun reads the rows already written, skips their indices, and redoes a last line that a killed process
 left incomplete.
 

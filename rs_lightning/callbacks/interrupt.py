@@ -19,7 +19,7 @@ class CheckpointOnInterrupt(pl.Callback):
     ACR-gaming p̂ estimate at an epoch start, finishes first), and :func:`rs_lightning.cli.train.train`
     then exits with status 143. Nothing is written when the weights are non-finite (the method refuses to
     save them), so the previous ``last.ckpt`` stays. A checkpoint written mid-epoch resumes mid-epoch (see
-    the README on what that keeps bit-identical).
+    docs/scaling.md on what that keeps bit-identical).
     """
 
     def __init__(self, dirpath: str) -> None:

@@ -1,5 +1,5 @@
 """What a training run needs to survive faults: refuse non-finite state (losses, gradients, weights) and carry
-the global RNG states through checkpoints (README "Scaling up and running for days"). Used by
+the global RNG states through checkpoints (docs/scaling.md, "Scaling up and running for days"). Used by
 :class:`~rs_lightning.methods.base.SmoothingMethod`."""
 
 from __future__ import annotations

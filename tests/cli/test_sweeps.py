@@ -61,18 +61,18 @@ def test_the_launchers_compose(launcher, target):
         assert cfg.hydra.launcher.tasks_per_node == 4 and cfg.hydra.launcher.gpus_per_node == 4
 
 
-def readme_block(marker: str) -> str:
-    """The fenced bash block of README.md that holds ``marker``, as a user would copy it."""
-    text = (REPO / "README.md").read_text()
+def docs_block(marker: str) -> str:
+    """The fenced bash block of the README or a docs/ page that holds ``marker``, as a user would copy it."""
+    text = "".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
     blocks = [b.split("```", 1)[0] for b in text.split("```bash\n")[1:]]
     (block,) = [b for b in blocks if marker in b]
     return block
 
 
-def test_the_readme_loop_certifies_every_job_of_a_sweep_and_reports_them(tmp_path):
-    """Catches: the README's "after a sweep, certify each job" loop failing on the README's own sweep (job
-    folders named ``0_sigma=0.25`` stopped certify.py in Hydra's override grammar at the second ``=``). The
-    loop runs as written — only the sweep folder, the interpreter and the budget are substituted — over one
+def test_the_docs_loop_certifies_every_job_of_a_sweep_and_reports_them(tmp_path):
+    """Catches: the "after a sweep, certify each job" loop (docs/scaling.md) failing on the docs' own sweep
+    (job folders named ``0_sigma=0.25`` stopped certify.py in Hydra's override grammar at the second ``=``).
+    The loop runs as written (only the sweep folder, the interpreter and the budget substituted) over one
     job folder of today's naming and one of the old ``key=value,key=value`` naming."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     sweep = tmp_path / "multirun"
@@ -87,7 +87,7 @@ def test_the_readme_loop_certifies_every_job_of_a_sweep_and_reports_them(tmp_pat
     assert len(jobs) == 2 and not any("=" in job or "," in job for job in jobs), jobs
     assert "_sigma-0.25_" in jobs[0] and "_sigma-0.5_" in jobs[1]
     (sweep / jobs[1]).rename(sweep / "1_seed=0,sigma=0.5")  # a folder from a sweep before the naming changed
-    loop = readme_block("for job in multirun/train/DATE/TIME/*/")
+    loop = docs_block("for job in multirun/train/DATE/TIME/*/")
     assert "n=100000" in loop and "--out outputs/report/my_sweep" in loop
     loop = loop.replace("multirun/train/DATE/TIME", str(sweep)).replace("python ", f"{sys.executable} ")
     loop = loop.replace("n=100000", "n=100 max=200").replace(
