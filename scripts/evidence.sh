@@ -41,9 +41,11 @@ certify_run() {  # certify_run TRAIN_DIR OUT_DIR OVERRIDES...: certify.py on TRA
   run_step "$PY" certify.py "checkpoint=$train/checkpoints/last.ckpt" "$@" "output_dir=$dir" "hydra.run.dir=$dir"
 }
 
-archive_run() {  # archive_run RUN_DIR DEST: the run's per-input rows and settings, copied to DEST
+archive_run() {  # archive_run RUN_DIR DEST: the run's per-input rows and settings (and its summary once
+  # finished; an unfinished run's rows can be compared on the inputs they share), copied to DEST
   mkdir -p "$2"
-  cp "$1"/{certify.tsv,settings.json,summary.json} "$2/"
+  cp "$1"/{certify.tsv,settings.json} "$2/"
+  if [ -f "$1/summary.json" ]; then cp "$1/summary.json" "$2/"; else rm -f "$2/summary.json"; fi
 }
 
 in_background() {  # in_background LOG FUNCTION ARGS...: run it in the background, output to LOG

@@ -70,16 +70,21 @@ stage_certify() {
   certify 1 mnist_lenet_s050 sequential_to_1.5 $MNIST sampling=sequential 'sequential.radii=[0,0.25,0.5,0.75,1,1.25,1.5]'
 }
 
-stage_tables() {
+stage_tables() {  # from the archived rows, so that tests/test_archived_evidence.py rebuilds each table exactly
+  local model dir name runs
   mkdir -p "$TABLES"
   for model in $MODELS; do
     dir="$OUT/certify/$model"
-    runs=("$dir/cohen" "$dir/iss_ad005" "$dir/sequential")
-    [ -d "$dir/sequential_to_1.5" ] && runs+=("$dir/sequential_to_1.5")
+    runs=()
+    for name in cohen iss_ad005 sequential sequential_to_1.5; do
+      [ -d "$dir/$name" ] || continue
+      archive_run "$dir/$name" "$TABLES/runs/$model/$name"
+      runs+=("$TABLES/runs/$model/$name")
+    done
     # the table lands only when the comparison succeeds (an unfinished run must not leave an empty table)
-    $PY scripts/sequential_comparison.py "${runs[@]}" --json "$TABLES/$model.json" > "$TABLES/$model.md.part"
+    $PY scripts/sequential_comparison.py "${runs[@]}" ${COMPARE_ARGS:-} --json "$TABLES/$model.json" \
+      > "$TABLES/$model.md.part"   # COMPARE_ARGS=--common-inputs: tables of runs still in progress
     mv "$TABLES/$model.md.part" "$TABLES/$model.md" && cat "$TABLES/$model.md"
-    for run in "${runs[@]}"; do archive_run "$run" "$TABLES/runs/$model/$(basename "$run")"; done
   done
 }
 

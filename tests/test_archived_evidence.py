@@ -1,0 +1,57 @@
+"""The archived evidence rebuilds (issue 26 item 5): every report and table under docs/results/ that has its
+per-input rows in the repository is built again from those rows, with the command its script uses, and must
+equal the committed file byte for byte — so a change to the report code that moves a published number, or a
+hand edit of a committed table, fails here. (Figures are not compared: matplotlib's output is not stable.)"""
+
+from __future__ import annotations
+
+import filecmp
+
+import pytest
+from rs_testing import REPO, run_script
+
+RESULTS = REPO / "docs" / "results"
+STRUCTURED = RESULTS / "mnist_structured"
+SEQUENTIAL = RESULTS / "sequential"
+
+
+@pytest.mark.parametrize("sigma", ["025", "050"])
+def test_the_structured_mnist_reports_rebuild_from_their_rows(tmp_path, sigma):
+    """scripts/acr_gaming_comparison.sh's report of every archived run at one σ."""
+    runs = sorted(
+        str(p.relative_to(REPO)) for p in (STRUCTURED / "runs").glob(f"*_s{sigma}")
+    )  # as the script
+    assert len(runs) >= 6
+    budgets = ["--budgets", "100", "1000", "10000", "100000", "1000000"]
+    done = run_script("-m rs_lightning.cli.report", *runs, "--out", str(tmp_path), *budgets, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    committed = STRUCTURED / f"sigma{sigma}"
+    names = ["report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv"]
+    match, mismatch, errors = filecmp.cmpfiles(committed, tmp_path, names, shallow=False)
+    assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
+
+
+def sequential_models() -> list[str]:
+    return sorted(p.name for p in (SEQUENTIAL / "runs").iterdir() if (SEQUENTIAL / f"{p.name}.md").is_file())
+
+
+@pytest.mark.parametrize("model", sequential_models())
+def test_the_sequential_tables_rebuild_from_their_rows(tmp_path, model):
+    """scripts/sequential_certification.sh's stage_tables, over the archived runs in its order."""
+    order = ["cohen", "iss_ad005", "sequential", "sequential_to_1.5"]
+    runs = [
+        SEQUENTIAL / "runs" / model / name for name in order if (SEQUENTIAL / "runs" / model / name).is_dir()
+    ]
+    common = [] if all((run / "summary.json").is_file() for run in runs) else ["--common-inputs"]
+    args = [str(run.relative_to(REPO)) for run in runs] + common + ["--json", str(tmp_path / "t.json")]
+    done = run_script("scripts/sequential_comparison.py", *args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == (SEQUENTIAL / f"{model}.md").read_text()
+    assert (tmp_path / "t.json").read_text() == (SEQUENTIAL / f"{model}.json").read_text()
+
+
+def test_every_archived_table_has_its_rows():
+    """A table without its rows could not be rebuilt: each .md under docs/results/sequential has a runs/
+    folder (the partial σ = 0.5 table of session 28 is the exception this test names until it is replaced)."""
+    tables = {p.stem for p in SEQUENTIAL.glob("*.md")}
+    assert tables - set(sequential_models()) <= {"mnist_lenet_s050_partial", "headline"}
