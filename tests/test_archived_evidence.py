@@ -55,3 +55,15 @@ def test_every_archived_table_has_its_rows():
     folder (the partial σ = 0.5 table of session 28 is the exception this test names until it is replaced)."""
     tables = {p.stem for p in SEQUENTIAL.glob("*.md")}
     assert tables - set(sequential_models()) <= {"mnist_lenet_s050_partial", "headline"}
+
+
+def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path):
+    """scripts/noise_comparison.sh's report: Gaussian, Laplace and uniform training noise, L1 radii."""
+    folder = RESULTS / "noises" / "mnist_sigma050"
+    runs = [str((folder / "runs" / noise).relative_to(REPO)) for noise in ("gaussian", "laplace", "uniform")]
+    args = [*runs, "--allow-mismatch", "--out", str(tmp_path)]
+    done = run_script("-m rs_lightning.cli.report", *args, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = ["report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv"]
+    match, mismatch, errors = filecmp.cmpfiles(folder, tmp_path, names, shallow=False)
+    assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"

@@ -311,10 +311,12 @@ def load_runs(paths, sigma: float | None = None) -> list[Run]:
 
 
 def assign_labels(runs: list[Run]) -> None:
-    """label = "<method> σ=<sigma>" (method: ``run.method``, else the folder name); unique by folder name."""
+    """label = "<method> σ=<sigma>" (method: ``run.method``, else the folder name; ", <noise> noise" for a
+    noise other than Gaussian); unique by folder name."""
     for run in runs:
         sigma = "?" if run.sigma is None else f"{run.sigma:g}"
-        run.label = f"{run.method or run.name} σ={sigma}"
+        noise = "" if run.noise == "gaussian" else f", {run.noise} noise"
+        run.label = f"{run.method or run.name} σ={sigma}{noise}"
     labels = [r.label for r in runs]
     for run in runs:
         if labels.count(run.label) > 1:
