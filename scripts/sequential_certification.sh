@@ -93,8 +93,10 @@ stage_headline() {  # the machine to itself: fp32 Cohen, then sequential + bf16 
   local inputs="data=npz data.path=$DATA/mnist.npz skip=${HEADLINE_SKIP:-50}"
   certify 2 mnist_lenet_s050 headline_cohen_fp32 $inputs
   certify 2 mnist_lenet_s050 headline_sequential_bf16 $inputs sampling=sequential precision=bf16 channels_last=true
-  $PY scripts/sequential_comparison.py "$OUT/certify/mnist_lenet_s050/headline_cohen_fp32" \
-    "$OUT/certify/mnist_lenet_s050/headline_sequential_bf16" --json "$TABLES/headline.json" | tee "$TABLES/headline.md"
+  archive_run "$OUT/certify/mnist_lenet_s050/headline_cohen_fp32" "$TABLES/runs/headline/cohen_fp32"
+  archive_run "$OUT/certify/mnist_lenet_s050/headline_sequential_bf16" "$TABLES/runs/headline/sequential_bf16"
+  $PY scripts/sequential_comparison.py "$TABLES/runs/headline/cohen_fp32" "$TABLES/runs/headline/sequential_bf16" \
+    --json "$TABLES/headline.json" | tee "$TABLES/headline.md"
 }
 
 if [ -n "${STAGE:-}" ]; then "stage_$STAGE"; exit 0; fi
