@@ -44,7 +44,7 @@ def sample_agreement(
     indices = (
         evenly_spaced(len(dataset), inputs) if skip is None else subset_indices(len(dataset), skip)[:inputs]
     )
-    sigma = float(meta["sigma"])
+    sigma = float(meta.sigma)
     others = {name: BaseClassifier(model, **SETTINGS[name]) for name in settings}
     differ = {name: 0 for name in settings}
     inputs_differ = {name: 0 for name in settings}

@@ -47,7 +47,7 @@ from rs_lightning.analysis.results import (
     write_json_atomic,
 )
 from rs_lightning.data.subset import parse_shard, shard_of, subset_indices
-from rs_lightning.models.checkpoint import load_classifier, training_method
+from rs_lightning.models.checkpoint import CheckpointMeta, load_classifier
 from rs_lightning.models.normalize import build_classifier
 from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_published
 from rs_lightning.smoothing import CertificationSpec, run_dataset
@@ -113,7 +113,9 @@ def resolve_sigma(cfg: DictConfig, train_sigma: float) -> float:
     return float(cfg.sigma)
 
 
-def parameter_free_classifier(cfg: DictConfig, device: torch.device) -> tuple[nn.Module, dict, object]:
+def parameter_free_classifier(
+    cfg: DictConfig, device: torch.device
+) -> tuple[nn.Module, CheckpointMeta, object]:
     """``checkpoint=null``: build ``cfg.model`` on ``cfg.data`` at ``cfg.sigma``; returns (model, meta, data).
 
     Only a model without parameters (e.g. ``model=constant``) is accepted: any other would certify random
@@ -136,7 +138,7 @@ def parameter_free_classifier(cfg: DictConfig, device: torch.device) -> tuple[nn
             "pass checkpoint=...",
         )
     model = build_classifier(net, datamodule.mean, datamodule.std).to(device).eval()
-    meta = {"sigma": None, "model": plain(cfg.model), "num_classes": int(datamodule.num_classes)}
+    meta = CheckpointMeta(model=plain(cfg.model), num_classes=int(datamodule.num_classes))
     return model, meta, datamodule
 
 
@@ -180,7 +182,7 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
             "model", cfg.model.get("_target_"), "unset when checkpoint= is given", "The checkpoint has it"
         )
     model, meta = load_classifier(checkpoint, map_location=device)
-    return model, meta, checkpoint_datamodule(cfg, meta), resolve_sigma(cfg, meta["sigma"])
+    return model, meta, checkpoint_datamodule(cfg, meta), resolve_sigma(cfg, meta.sigma)
 
 
 def _check_resume(settings_path: Path, settings: dict, table: Path) -> None:
@@ -313,14 +315,14 @@ def resolve_auto(cfg: DictConfig, spec: CertificationSpec, model, x: torch.Tenso
     ), chosen
 
 
-def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model, meta: dict) -> CertificationSpec:
+def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model, meta: CheckpointMeta) -> CertificationSpec:
     """``noise=null``: the checkpoint's training noise (Gaussian for checkpoints that predate the key,
     published ones and parameter-free models). ``norm=null``: L∞ for a randomized pipeline (ARS certifies
     only L∞), else the noise's own norm; an explicit norm and the noise must be ones the model's accounting
     certifies (checked before any work)."""
     if cfg.get("noise") is None:
         norm = None if cfg.get("norm") is None else spec.norm
-        spec = dataclasses.replace(spec, noise=str(meta.get("noise") or "gaussian"), norm=norm)
+        spec = dataclasses.replace(spec, noise=str(meta.noise), norm=norm)
     pipeline = pipeline_of(model)
     if cfg.get("norm") is None and pipeline is not None and spec.noise == "gaussian":
         spec = dataclasses.replace(spec, norm=pipeline.norms[0])
@@ -437,25 +439,25 @@ def certify(cfg: DictConfig) -> dict:
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
     x_first = dataset[indices[0]][0]
     inputs_sha256 = inputs_digest(dataset, indices)
-    spec, auto = resolve_auto(cfg, spec, model, x_first, out, device, int(meta["num_classes"]))
+    spec, auto = resolve_auto(cfg, spec, model, x_first, out, device, int(meta.num_classes))
 
     settings = spec.as_dict() | {
-        "train_sigma": None if meta["sigma"] is None else float(meta["sigma"]),
-        "train_noise": meta.get("noise") or "gaussian",
-        "sigma_overridden": meta["sigma"] is not None and sigma != float(meta["sigma"]),
+        "train_sigma": None if meta.sigma is None else float(meta.sigma),
+        "train_noise": meta.noise,
+        "sigma_overridden": meta.sigma is not None and sigma != float(meta.sigma),
         "device": trainer.strategy.root_device.type if distributed else device.type,
         "tf32": tf32_settings(trainer.strategy.root_device if distributed else device),
         "subset": {"skip": cfg.skip, "start": cfg.start, "max": cfg.max, "num_inputs": len(indices)},
         "checkpoint": None if checkpoint is None else str(checkpoint.resolve()),
         "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),
-        "model": meta["model"],
-        "method": training_method(meta),
-        "train_seed": meta.get("seed"),
+        "model": meta.model,
+        "method": meta.training_method,
+        "train_seed": meta.seed,
         "inputs_sha256": inputs_sha256,
         "data": datamodule.describe(),
         "dim": math.prod(datamodule.input_shape),
-        "pipeline": meta.get("pipeline"),
-        "checkpoint_format": meta.get("checkpoint_format"),
+        "pipeline": meta.pipeline,
+        "checkpoint_format": meta.checkpoint_format,
         "radius_step": None if cfg.radius_step is None else float(cfg.radius_step),
         "auto": auto,
         "devices": device_names(
@@ -480,7 +482,7 @@ def certify(cfg: DictConfig) -> dict:
         write_json_atomic(out / "settings.json", settings)
         if distributed:
             module = RankCertification(
-                model, dataset, indices, spec, int(meta["num_classes"]), table, columns, make_rows,
+                model, dataset, indices, spec, int(meta.num_classes), table, columns, make_rows,
                 launcher=launcher or os.getpid(),
             )  # fmt: skip
             if not certify_on_ranks(trainer, module):
@@ -499,7 +501,7 @@ def certify(cfg: DictConfig) -> dict:
                     mininterval=1.0,
                 )
                 for result, labels, seconds in run_dataset(
-                    model, dataset, todo, spec, num_classes=int(meta["num_classes"]), device=device
+                    model, dataset, todo, spec, num_classes=int(meta.num_classes), device=device
                 ):
                     for row in make_rows(result, labels, seconds):
                         writer.write(row)

@@ -23,7 +23,7 @@ from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.data.base import DataFormatError, DatasetNotFoundError
 from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.methods.faults import NonFiniteLossError
-from rs_lightning.models.checkpoint import CheckpointError
+from rs_lightning.models.checkpoint import CheckpointError, CheckpointMeta
 from rs_lightning.registry import RegistryError
 from rs_lightning.smoothing import NonFiniteLogitsError
 from rs_lightning.validation import ConfigError, MissingValueError
@@ -245,7 +245,7 @@ def without_downloads(config: Any) -> Any:
     return config
 
 
-def checkpoint_datamodule(cfg: DictConfig, meta: dict):
+def checkpoint_datamodule(cfg: DictConfig, meta: CheckpointMeta):
     """The data module of ``cfg.data`` if given, else the checkpoint's: a registered data module
     (:data:`~rs_lightning.data.registry.DATA_MODULES`) built with plain arguments and ``download=False`` (a
     file never makes this process fetch or write data); refuses a dataset whose class count or input shape
@@ -253,8 +253,7 @@ def checkpoint_datamodule(cfg: DictConfig, meta: dict):
     if cfg.get("data") is not None:
         datamodule = instantiate(cfg.data)
     else:
-        config = meta.get("data")
-        config = without_downloads(config)
+        config = without_downloads(meta.data)
         try:
             datamodule = DATA_MODULES.build(config, "data")
         except RegistryError as err:
@@ -263,14 +262,13 @@ def checkpoint_datamodule(cfg: DictConfig, meta: dict):
             ) from err
     datamodule.prepare_data()
     datamodule.setup()
-    if int(datamodule.num_classes) != int(meta["num_classes"]):
+    if int(datamodule.num_classes) != int(meta.num_classes):
         raise ConfigError(
             "data",
             datamodule.describe().get("name"),
-            f"a dataset with {meta['num_classes']} classes like the checkpoint's, "
-            f"not {datamodule.num_classes}",
+            f"a dataset with {meta.num_classes} classes like the checkpoint's, not {datamodule.num_classes}",
         )
-    expected = meta.get("input_shape")
+    expected = meta.input_shape
     if expected is not None and list(datamodule.input_shape) != list(expected):
         raise ConfigError(
             "data",

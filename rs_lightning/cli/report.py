@@ -81,15 +81,10 @@ def _checkpoint_method(path: str) -> str | None:
     gone or has none."""
     if not Path(path).is_file():
         return None
-    from rs_lightning.models.checkpoint import (
-        CHECKPOINT_KEY,
-        CheckpointError,
-        read_checkpoint,
-        training_method,
-    )
+    from rs_lightning.models.checkpoint import CheckpointError, read_checkpoint
 
     try:
-        return training_method(read_checkpoint(path)[CHECKPOINT_KEY])
+        return read_checkpoint(path)[1].training_method
     except (CheckpointError, KeyError, TypeError):
         return None
 

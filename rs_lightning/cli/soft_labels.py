@@ -68,8 +68,8 @@ def soft_labels(cfg: DictConfig) -> dict:
     if device.type == "cpu":
         tune_cpu_allocator()
     model, meta = load_classifier(Path(cfg.checkpoint), map_location=device)
-    sigma = resolve_sigma(cfg, meta["sigma"])
-    num_classes = int(meta["num_classes"])
+    sigma = resolve_sigma(cfg, meta.sigma)
+    num_classes = int(meta.num_classes)
     dataset = checkpoint_datamodule(cfg, meta).dataset("train")
 
     torch.manual_seed(cfg.seed)  # the one augmentation draw per image

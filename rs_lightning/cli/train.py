@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from pathlib import Path
@@ -21,7 +22,7 @@ from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.loggers import ResumableCSVLogger, trained_batches
 from rs_lightning.methods.base import SmoothingMethod, check_training_noise
 from rs_lightning.models import build_classifier
-from rs_lightning.models.checkpoint import CHECKPOINT_KEY, check_training_checkpoint
+from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta, check_training_checkpoint
 from rs_lightning.models.registry import MODELS
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
 
@@ -29,8 +30,6 @@ from .common import check_trainer_config, plain, require_writable_dir, tune_cpu_
 
 RESUME_MUST_MATCH = ("sigma", "noise", "seed", "method", "model", "data", "optim")
 """Settings a resumed run must share with its checkpoint (except the keys in ``RESUME_MAY_CHANGE``)."""
-RESUME_DEFAULTS = {"noise": "gaussian"}
-"""Values of keys that checkpoints written before the key existed had implicitly."""
 RESUME_MAY_CHANGE = (
     "optim.max_epochs", "data.num_workers", "data.val_batch_size", "data.root", "data.path",
     "data.source.root", "data.source.path", "data.background_dir",
@@ -64,7 +63,7 @@ def _check_noise(cfg: DictConfig) -> None:
     except Exception:  # noqa: BLE001 (reported by instantiate, with Hydra's message)
         return
     if isinstance(method, type) and issubclass(method, SmoothingMethod):
-        check_training_noise(method, cfg.get("noise", "gaussian"))
+        check_training_noise(method, cfg.get("noise", "gaussian"), cfg.method)
 
 
 def resume_checkpoint(cfg: DictConfig) -> tuple[str | None, dict | None]:
@@ -106,14 +105,14 @@ def _flat(tree, prefix: str = "") -> dict:
 
 
 def _value(cfg: DictConfig, key: str):
-    value = cfg.get(key, RESUME_DEFAULTS.get(key))
+    value = cfg.get(key, "gaussian" if key == "noise" else None)  # no noise configured: Gaussian
     return plain(value) if isinstance(value, DictConfig) else value
 
 
 def check_resume_matches(cfg: DictConfig, checkpoint: dict) -> None:
     """Refuse to resume with another method, sigma, model, data, recipe or seed than the checkpoint's."""
-    meta = checkpoint[CHECKPOINT_KEY]
-    saved = _flat({key: meta.get(key, RESUME_DEFAULTS.get(key)) for key in RESUME_MUST_MATCH})
+    meta = CheckpointMeta.from_dict(checkpoint[CHECKPOINT_KEY])
+    saved = _flat({key: getattr(meta, key) for key in RESUME_MUST_MATCH})
     now = _flat({key: _value(cfg, key) for key in RESUME_MUST_MATCH})
     differ = [
         key for key in sorted(set(saved) | set(now))
@@ -128,22 +127,22 @@ def check_resume_matches(cfg: DictConfig, checkpoint: dict) -> None:
         )  # fmt: skip
 
 
-def checkpoint_metadata(cfg: DictConfig, datamodule) -> dict:
-    """What ``certify.py`` needs to rebuild and certify the model (stored in every checkpoint)."""
-    return {
-        "format": 1,
-        "rs_lightning_version": __version__,
-        "model": plain(cfg.model),
-        "data": plain(cfg.data),
-        "method": plain(cfg.method),
-        "optim": plain(cfg.optim),
-        "input_shape": list(datamodule.input_shape),
-        "num_classes": int(datamodule.num_classes),
-        "class_names": [str(c) for c in datamodule.class_names],
-        "mean": list(datamodule.mean) if datamodule.mean is not None else None,
-        "std": list(datamodule.std) if datamodule.std is not None else None,
-        "seed": int(cfg.seed),
-    }
+def checkpoint_metadata(cfg: DictConfig, datamodule) -> CheckpointMeta:
+    """What ``certify.py`` needs to rebuild and certify the model (stored in every checkpoint, with the
+    method's sigma and noise)."""
+    return CheckpointMeta(
+        rs_lightning_version=__version__,
+        model=plain(cfg.model),
+        data=plain(cfg.data),
+        method=plain(cfg.method),
+        optim=plain(cfg.optim),
+        input_shape=list(datamodule.input_shape),
+        num_classes=int(datamodule.num_classes),
+        class_names=[str(c) for c in datamodule.class_names],
+        mean=list(datamodule.mean) if datamodule.mean is not None else None,
+        std=list(datamodule.std) if datamodule.std is not None else None,
+        seed=int(cfg.seed),
+    )
 
 
 def lock_output_dir(output_dir: str | Path):
@@ -220,7 +219,7 @@ def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
     loggers = build_loggers(cfg, resumed)
     wandb_ids = [logger.version for logger in loggers if isinstance(logger, WandbLogger)]
     if wandb_ids:
-        method.metadata["wandb_run_id"] = wandb_ids[0]
+        method.metadata = dataclasses.replace(method.metadata, wandb_run_id=wandb_ids[0])
     if not loggers:  # nothing to report learning rates to
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
@@ -264,7 +263,7 @@ def build_loggers(cfg: DictConfig, resumed: dict | None) -> list:
         if target.endswith(ResumableCSVLogger.__name__) and resumed is not None:
             kwargs["keep_steps_below"] = trained_batches(resumed)
         if target.endswith(WandbLogger.__name__) and not node.get("id"):
-            previous = (resumed or {}).get(CHECKPOINT_KEY, {}).get("wandb_run_id")
+            previous = CheckpointMeta.from_dict(resumed[CHECKPOINT_KEY]).wandb_run_id if resumed else None
             kwargs.update(id=previous or new_wandb_id(), resume="allow")
         loggers.append(instantiate(node, **kwargs))
     return loggers

@@ -14,6 +14,7 @@ reference's ``model.train()`` lets them drift). ``mode=static`` learns one input
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from rs_lightning.models.ars import AdaptiveSmoothing, StaticMask, build_mask, query_sigmas
-from rs_lightning.models.checkpoint import CheckpointError, classifier_weights
+from rs_lightning.models.checkpoint import CheckpointError, CheckpointMeta, classifier_weights
 from rs_lightning.validation import ConfigError
 
 from . import schedule
@@ -93,9 +94,11 @@ class AdaptiveRS(SmoothingMethod):
 
     def _load_classifier(self, path: str) -> None:
         """The classifier of a train.py run at this run's sigma, input shape and normalization."""
-        keys = ("sigma", "input_shape", "mean", "std", "model")
-        expect = {k: self.metadata[k] for k in keys if k in self.metadata}
-        expect.setdefault("sigma", self.sigma)
+        expect = {"sigma": self.sigma}
+        meta = self.metadata  # None: built without train.py, which records the rest
+        if meta is not None:
+            expect |= {"input_shape": meta.input_shape, "mean": meta.mean, "std": meta.std}
+            expect["model"] = meta.model
         expect["noise"] = "gaussian"  # ARS's accounting is Gaussian: another noise's classifier is refused
         weights = classifier_weights(path, "method.classifier_checkpoint", expect)
         try:
@@ -151,10 +154,10 @@ class AdaptiveRS(SmoothingMethod):
         schedule.step_before_training(schedulers, self.scheduler_epoch_offset)  # the recipe's LR timing
         return optimizers, schedulers
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        super().on_save_checkpoint(checkpoint)
-        checkpoint["rs_lightning"]["pipeline"] = {
+    def checkpoint_meta(self) -> CheckpointMeta:
+        pipeline = {
             "mode": self.mode,
             "first_query_budget_frac": self.first_query_budget_frac,
             "mask_width": self.mask_width,
         }
+        return dataclasses.replace(super().checkpoint_meta(), pipeline=pipeline)

@@ -29,7 +29,8 @@ module there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torchmetrics import MeanMetric
 
-from rs_lightning.models.checkpoint import CHECKPOINT_KEY
+from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta
 from rs_lightning.smoothing.certificate import Certificate, default_norm
 from rs_lightning.smoothing.soft import noisy_logits
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
@@ -58,9 +59,10 @@ from .faults import (
 )
 
 
-def check_training_noise(method: type, noise: str) -> None:
+def check_training_noise(method: type, noise: str, settings: Mapping | None = None) -> None:
     """ConfigError unless ``noise`` is a known noise that ``method`` (a :class:`SmoothingMethod` class) trains
-    with (:attr:`SmoothingMethod.noises`)."""
+    with (:attr:`SmoothingMethod.noises`), with its ``settings`` (the ``method.*`` keys:
+    :meth:`SmoothingMethod.check_noise_settings`)."""
     Certificate(noise, default_norm(noise))  # an unknown noise: one line naming the known ones
     if noise not in method.noises:
         raise ConfigError(
@@ -68,6 +70,7 @@ def check_training_noise(method: type, noise: str) -> None:
             "its loss, attack or accounting assumes Gaussian noise; train another noise with method=gaussian "
             "or method=consistency",
         )  # fmt: skip
+    method.check_noise_settings(noise, settings or {})
 
 
 class SmoothingMethod(pl.LightningModule):
@@ -82,8 +85,8 @@ class SmoothingMethod(pl.LightningModule):
         optimizer: ``params -> Optimizer`` (a Hydra ``_partial_``).
         scheduler: optional ``optimizer -> LRScheduler``, stepped once per epoch.
         noise_seed: base seed of the training-noise generator; rank r uses ``(noise_seed, r)``.
-        metadata: what certification needs (sigma, model/data config, normalization, classes), saved in
-            every checkpoint under ``"rs_lightning"``.
+        metadata: what certification needs (model/data config, normalization, classes), saved with sigma
+            and the noise in every checkpoint under ``"rs_lightning"`` (:meth:`checkpoint_meta`).
         num_chunks: optimizer steps per loader batch (see the module docstring).
         on_nonfinite_loss: ``"stop"`` (raise :class:`NonFiniteLossError`) or ``"skip"`` (drop the step and
             count it) when a loss, or under ``"skip"`` a gradient, is NaN or infinite.
@@ -97,6 +100,11 @@ class SmoothingMethod(pl.LightningModule):
     """The noises this method trains with: Gaussian only unless its loss does not assume the Gaussian form
     (a radius term, an attack or an accounting tied to it)."""
 
+    @classmethod
+    def check_noise_settings(cls, noise: str, settings: Mapping) -> None:
+        """ConfigError for a ``method.*`` setting that does not go with the training ``noise`` (checked by
+        train.py before any work and again when the method is built); none by default."""
+
     needs_sample_index: bool = False
     """Set by methods that keep per-sample state: training batches then carry dataset indices."""
 
@@ -107,7 +115,7 @@ class SmoothingMethod(pl.LightningModule):
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable[..., Any] | None = None,
         noise_seed: int = 0,
-        metadata: dict | None = None,
+        metadata: CheckpointMeta | None = None,
         num_chunks: int = 1,
         on_nonfinite_loss: str = "stop",
         scheduler_epoch_offset: int = 0,
@@ -136,7 +144,7 @@ class SmoothingMethod(pl.LightningModule):
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.noise_seed = int(noise_seed)
-        self.metadata = dict(metadata or {})
+        self.metadata = metadata
         self.val_acc_noisy = MeanMetric()
         self.val_loss = MeanMetric()
         self._train_generator: torch.Generator | None = None
@@ -269,7 +277,7 @@ class SmoothingMethod(pl.LightningModule):
 
     @property
     def _method_name(self) -> str:
-        return self.metadata.get("method", {}).get("_target_", type(self).__name__).rpartition(".")[2]
+        return (self.metadata and self.metadata.training_method) or type(self).__name__
 
     def _saved_state(self) -> str:
         """What a stopped run leaves: the last checkpoint (written by this run or resumed from), or none."""
@@ -365,9 +373,13 @@ class SmoothingMethod(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
 
     # ----------------------------------------------------------- checkpoints
+    def checkpoint_meta(self) -> CheckpointMeta:
+        """The metadata saved in every checkpoint: :attr:`metadata` with this method's sigma and noise."""
+        return dataclasses.replace(self.metadata or CheckpointMeta(), sigma=self.sigma, noise=self.noise)
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         require_finite_weights(self, self.current_epoch, self.global_step)
-        checkpoint[CHECKPOINT_KEY] = {**self.metadata, "sigma": self.sigma, "noise": self.noise}
+        checkpoint[CHECKPOINT_KEY] = self.checkpoint_meta().to_dict()
         checkpoint["rs_lightning_noise_state"] = self.noise_generator.get_state()
         checkpoint["rs_lightning_rng_states"] = global_rng_states()
         checkpoint["rs_lightning_skipped_steps"] = self.skipped_steps

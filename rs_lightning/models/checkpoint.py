@@ -1,8 +1,8 @@
 """Build a smoothed-classifier base model from an rs-lightning checkpoint, safely.
 
 Checkpoints are read with ``torch.load(weights_only=True)`` (tensors and plain containers only, no pickled
-objects), their metadata is checked value by value (:func:`check_metadata`), and the architecture is built
-through the registry of this project's classes (:data:`~rs_lightning.models.registry.MODELS`) with plain
+objects), their metadata is checked value by value (:meth:`CheckpointMeta.read`), and the architecture is
+built through the registry of this project's classes (:data:`~rs_lightning.models.registry.MODELS`) with plain
 arguments: nothing named in the file is imported or called, so a downloaded checkpoint cannot run code.
 """
 
@@ -12,6 +12,8 @@ import math
 import os
 import pickle
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,15 @@ from .normalize import Normalize, build_classifier
 from .registry import MODELS
 
 CHECKPOINT_KEY = "rs_lightning"
-"""Key of the metadata dict (sigma, model/data config, normalization, classes) in every checkpoint."""
+"""Key of the metadata dict (:class:`CheckpointMeta`) in every checkpoint."""
+
+CHECKPOINT_FORMAT = 1
+"""Version of the metadata, its ``format`` key. Readable: 1, what train.py has written from the start (those
+written before ``noise=`` existed lack ``noise``: Gaussian), and untagged metadata (0, built by hand or by
+another tool), read like 1."""
+
+_OPTIONAL = ("wandb_run_id", "pipeline", "checkpoint_format", "arch", "normalization", "epoch")
+"""Fields stored only when set."""
 
 
 CERTIFY_EXAMPLE = "the .ckpt that train.py wrote (e.g. outputs/train/<date>/<time>/checkpoints/last.ckpt)"
@@ -55,12 +65,67 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_metadata(meta: Any, source: str | os.PathLike) -> dict:
-    """The checkpoint's metadata after checking every value a loader uses: ``input_shape`` (C, H, W) of
-    positive ints, ``num_classes`` >= 1, ``sigma`` finite > 0, ``noise`` (if present) a known noise,
-    ``mean``/``std`` None or one finite value per channel with ``std`` > 0, ``pipeline`` plain; a one-line
-    CheckpointError naming ``source`` and the value otherwise. ``model`` and ``data`` are checked where they
-    are built, by the registry."""
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """What a checkpoint stores under :data:`CHECKPOINT_KEY` (train.py and the methods'
+    ``on_save_checkpoint``), or what the importer of a published checkpoint records: what ``certify.py``
+    needs to rebuild and certify the model. Its one stored form is :meth:`to_dict`, its one reading
+    :meth:`from_dict` (as stored) or :meth:`read` (checked); a key that older versions lack
+    (:data:`CHECKPOINT_FORMAT`) takes its value there."""
+
+    rs_lightning_version: str | None = None
+    model: dict | None = None
+    data: dict | None = None
+    method: dict | None = None
+    optim: dict | None = None
+    input_shape: list[int] | None = None
+    num_classes: int | None = None
+    class_names: list[str] | None = None
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    seed: int | None = None
+    wandb_run_id: str | None = None
+    sigma: float | None = None  # None: a published or parameter-free model, certified at sigma=
+    noise: str = "gaussian"  # absent: trained before noises existed
+    pipeline: dict | None = None  # ARS: the randomized pipeline around the classifier
+    checkpoint_format: str | None = None  # published checkpoints: the repository's layout,
+    arch: str | None = None  # the file's (or the recognized) architecture,
+    normalization: str | None = None  # its normalization layer
+    epoch: int | None = None  # and its epoch
+
+    def to_dict(self) -> dict:
+        """The stored form: ``format``, then every field (those of :data:`_OPTIONAL` only when set)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        kept = {k: v for k, v in values.items() if v is not None or k not in _OPTIONAL}
+        return {"format": CHECKPOINT_FORMAT} | kept
+
+    @classmethod
+    def from_dict(cls, values: Mapping) -> CheckpointMeta:
+        """The record of stored metadata of any readable version, unchecked (see :meth:`read`); keys it
+        lacks take their defaults, unknown keys are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+    @classmethod
+    def read(cls, checkpoint: Mapping, source: str | os.PathLike) -> CheckpointMeta:
+        """The metadata of a loaded checkpoint after checking every value a loader uses: ``input_shape``
+        (C, H, W) of positive ints, ``num_classes`` >= 1, ``sigma`` finite > 0, ``noise`` (if present) a
+        known noise, ``mean``/``std`` None or one finite value per channel with ``std`` > 0, ``pipeline``
+        plain, ``format`` one this version reads; a one-line CheckpointError naming ``source`` and the value
+        otherwise. ``model`` and ``data`` are checked where they are built, by the registry."""
+        _check_metadata(checkpoint[CHECKPOINT_KEY], source)
+        return cls.from_dict(checkpoint[CHECKPOINT_KEY])
+
+    @property
+    def training_method(self) -> str | None:
+        """The training method's class name (e.g. "MACER"); None without one. certify.py keeps it in
+        ``settings.json``, so a run folder names its method after the checkpoint is gone."""
+        target = self.method.get("_target_") if isinstance(self.method, dict) else None
+        return str(target).rsplit(".", 1)[-1] if target else None
+
+
+def _check_metadata(meta: Any, source: str | os.PathLike) -> None:
+    """:meth:`CheckpointMeta.read`'s checks of the stored values."""
 
     def refuse(what: str) -> CheckpointError:
         return CheckpointError(
@@ -69,6 +134,12 @@ def check_metadata(meta: Any, source: str | os.PathLike) -> dict:
 
     if not isinstance(meta, dict):
         raise refuse(f"{CHECKPOINT_KEY!r} is a {type(meta).__name__}, not a mapping")
+    version = meta.get("format", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"{source} has metadata format={version!r}, which this rs-lightning does not read (formats 0 to "
+            f"{CHECKPOINT_FORMAT}); update rs-lightning or use a checkpoint written by its train.py"
+        )
     shape = meta.get("input_shape")
     if not (isinstance(shape, list | tuple) and len(shape) == 3 and all(_is_count(v) for v in shape)):
         raise refuse(f"input_shape={shape!r} is not (C, H, W) of positive integers")
@@ -100,7 +171,6 @@ def check_metadata(meta: Any, source: str | os.PathLike) -> dict:
             check_plain(key, meta.get(key), underscore_keys=True)  # recorded only (settings.json, labels)
     except RegistryError as err:
         raise refuse(str(err)) from err
-    return meta
 
 
 def _refusal(err: BaseException) -> str:
@@ -135,8 +205,11 @@ def _load_weights_only(path: Path, key: str, map_location: str | torch.device, e
         ) from err
 
 
-def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
-    """Load a checkpoint dict with ``weights_only=True`` and check it carries rs-lightning metadata."""
+def read_checkpoint(
+    path: str | os.PathLike, map_location: str | torch.device = "cpu"
+) -> tuple[dict, CheckpointMeta]:
+    """``(checkpoint, metadata)``: the checkpoint dict loaded with ``weights_only=True`` and its checked
+    rs-lightning metadata."""
     path = Path(path)
     checkpoint = _load_weights_only(path, "checkpoint", map_location, CERTIFY_EXAMPLE)
     if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint or "state_dict" not in checkpoint:
@@ -144,8 +217,7 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             f"{path} is a PyTorch file but not an rs-lightning checkpoint (no {CHECKPOINT_KEY!r} metadata); "
             "train with train.py, which records sigma, architecture and normalization"
         )
-    check_metadata(checkpoint[CHECKPOINT_KEY], path)
-    return checkpoint
+    return checkpoint, CheckpointMeta.read(checkpoint, path)
 
 
 LIGHTNING_SPECIAL_PATHS = ("last", "best", "hpc")
@@ -182,8 +254,9 @@ def check_training_checkpoint(
             "start a new run"
         )
     meta = checkpoint[CHECKPOINT_KEY]
+    meta = CheckpointMeta.from_dict(meta) if isinstance(meta, dict) else None
     for name, value in (expect or {}).items():
-        recorded = meta.get(name) if isinstance(meta, dict) else None
+        recorded = getattr(meta, name) if meta is not None else None
         if recorded != value:
             raise CheckpointError(
                 f"{key}={str(path)!r} was trained with {name}={recorded!r}, but this run configures "
@@ -216,10 +289,9 @@ def classifier_weights(path: str | os.PathLike, key: str, expect: dict[str, Any]
     """The base classifier's weights of a train.py checkpoint for a run that starts from them (e.g. ARS's
     mask-only stage), after checking that its metadata matches ``expect`` (e.g. sigma, input_shape, mean,
     std): a CheckpointError naming ``key`` and the first difference otherwise."""
-    checkpoint = read_checkpoint(path)
-    meta = checkpoint[CHECKPOINT_KEY]
+    checkpoint, meta = read_checkpoint(path)
     for name, value in expect.items():
-        recorded = meta.get(name, "gaussian" if name == "noise" else None)  # no noise recorded: Gaussian
+        recorded = getattr(meta, name)
         if recorded != value:
             raise CheckpointError(
                 f"{key}={str(path)!r} was trained with {name}={recorded!r}, but this run has "
@@ -230,29 +302,28 @@ def classifier_weights(path: str | os.PathLike, key: str, expect: dict[str, Any]
 
 def load_classifier(
     path: str | os.PathLike, map_location: str | torch.device = "cpu"
-) -> tuple[nn.Module, dict]:
+) -> tuple[nn.Module, CheckpointMeta]:
     """Return ``(base_classifier, metadata)``; with its normalization layer, in eval mode. A checkpoint whose
     metadata has a ``pipeline`` (ARS, ``method=ars|ars_static``) gives the
     :class:`~rs_lightning.models.ars.AdaptiveSmoothing` pipeline around the classifier instead."""
-    checkpoint = read_checkpoint(path, map_location)
-    meta = checkpoint[CHECKPOINT_KEY]
-    net = build_model(meta["model"], meta["input_shape"], meta["num_classes"], str(path))
-    model = build_classifier(net, meta.get("mean"), meta.get("std"))
+    checkpoint, meta = read_checkpoint(path, map_location)
+    net = build_model(meta.model, meta.input_shape, meta.num_classes, str(path))
+    model = build_classifier(net, meta.mean, meta.std)
     state = classifier_state(checkpoint, path)
-    pipeline = meta.get("pipeline")
+    pipeline = meta.pipeline
     try:
         model.load_state_dict(state)
         if pipeline is not None:  # a randomized pipeline around the classifier (ARS), with its mask weights
             from .ars import pipeline_from_checkpoint
 
             model = pipeline_from_checkpoint(
-                model, pipeline, checkpoint["state_dict"], sigma=float(meta["sigma"]),
-                input_shape=tuple(meta["input_shape"]),
+                model, pipeline, checkpoint["state_dict"], sigma=float(meta.sigma),
+                input_shape=tuple(meta.input_shape),
             )  # fmt: skip
     except RuntimeError as err:
         raise CheckpointError(
-            f"the weights in {path} do not fit the architecture {meta['model'].get('_target_')} "
-            f"({meta['model']}{'' if pipeline is None else f', pipeline {pipeline}'}): {err}"
+            f"the weights in {path} do not fit the architecture {meta.model.get('_target_')} "
+            f"({meta.model}{'' if pipeline is None else f', pipeline {pipeline}'}): {err}"
         ) from err
     except (ValueError, TypeError) as err:  # only the pipeline's settings get here (the net exists)
         raise CheckpointError(
@@ -272,11 +343,3 @@ def _require_positive_std(model: nn.Module, path) -> None:
                 f"({module.std.flatten().tolist()}): the classifier would divide by it; use a checkpoint "
                 "written by train.py"
             )
-
-
-def training_method(meta: dict) -> str | None:
-    """The training method's class name from checkpoint metadata (e.g. "MACER"); None without one. certify.py
-    keeps it in ``settings.json``, so a run folder names its method after the checkpoint is gone."""
-    method = meta.get("method")
-    target = method.get("_target_") if isinstance(method, dict) else None
-    return str(target).rsplit(".", 1)[-1] if target else None

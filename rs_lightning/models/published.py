@@ -15,7 +15,7 @@ Layouts (confirmed in each repository's ``architectures.py``, ``datasets.py``, i
   and no normalization layer for any dataset (the network reads raw [0,1] inputs). The architecture
   (``resnet110`` or ``LeNet`` of its ``model.py``) is recognized from the weight names.
 
-No layout records the training sigma: ``meta["sigma"]`` is None and certification needs ``sigma=``.
+No layout records the training sigma: ``meta.sigma`` is None and certification needs ``sigma=``.
 Cohen's CIFAR ResNet (bearpaw's, ``code/archs/cifar_resnet.py``; identical in every Cohen-derived repository
 and in MACER's ``model.py``), torchvision's ResNet-50 and the repositories' LeNet use the same parameter names
 as this project's ``CIFARResNet``, ``ResNet50`` and ``LeNet``, so only the prefixes are mapped.
@@ -37,7 +37,7 @@ from torch import nn
 
 from rs_lightning.validation import ConfigError
 
-from .checkpoint import CheckpointError, _load_weights_only, build_model
+from .checkpoint import CheckpointError, CheckpointMeta, _load_weights_only, build_model
 from .normalize import build_classifier
 
 FORMATS = ("cohen", "smoothadv", "macer", "consistency", "smoothmix", "catrs")
@@ -267,7 +267,7 @@ def load_published(
     map_location: str | torch.device = "cpu",
     *,
     normalization: str | None = None,
-) -> tuple[nn.Module, dict]:
+) -> tuple[nn.Module, CheckpointMeta]:
     """Return ``(base_classifier, meta)`` for a checkpoint of a published repository (see module docstring).
 
     Args:
@@ -286,10 +286,10 @@ def load_published(
             models trained from scratch, per its README), ``normalize`` or ``identity`` to force one.
 
     Returns:
-        ``Sequential(Normalize, net)`` in eval mode on ``map_location``, and a meta dict with ``sigma`` (None:
-        no layout records it), ``model`` (config with ``_target_``), ``num_classes``, ``input_shape``,
-        ``mean``, ``std``, ``checkpoint_format``, ``arch`` (the file's, or the recognized one),
-        ``normalization`` and ``epoch`` (the file's, or None).
+        ``Sequential(Normalize, net)`` in eval mode on ``map_location``, and its :class:`CheckpointMeta`:
+        ``sigma`` (None: no layout records it), ``model`` (config with ``_target_``), ``num_classes``,
+        ``input_shape``, ``mean``, ``std``, ``checkpoint_format``, ``arch`` (the file's, or the recognized
+        one), ``normalization`` and ``epoch`` (the file's, or None).
 
     Raises:
         ConfigError: unknown ``checkpoint_format`` or ``normalization``.
@@ -317,16 +317,16 @@ def load_published(
     except ValueError as err:  # e.g. a std <= 0 from the file or the caller
         raise CheckpointError(f"{path}: unusable normalization mean={m!r}, std={s!r}: {err}") from err
     epoch = raw.get("epoch")
-    meta = {
-        "sigma": None,
-        "model": cfg,
-        "num_classes": int(num_classes),
-        "input_shape": shape,
-        "mean": m,
-        "std": s,
-        "checkpoint_format": checkpoint_format,
-        "arch": arch_name,
-        "normalization": mode,
-        "epoch": int(epoch) if isinstance(epoch, int) else None,
-    }
+    meta = CheckpointMeta(
+        sigma=None,
+        model=cfg,
+        num_classes=int(num_classes),
+        input_shape=shape,
+        mean=m,
+        std=s,
+        checkpoint_format=checkpoint_format,
+        arch=arch_name,
+        normalization=mode,
+        epoch=int(epoch) if isinstance(epoch, int) else None,
+    )
     return model, meta

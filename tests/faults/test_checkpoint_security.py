@@ -1,6 +1,7 @@
 """A checkpoint is never trusted: wrong files, pickled code, metadata that names things to build or call,
 unusable values and misfitting weights give one-line errors, and nothing in the file runs."""
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from rs_testing import assert_one_line_error, run_script
 
-from rs_lightning.models.checkpoint import CheckpointError, load_classifier
+from rs_lightning.models.checkpoint import CheckpointError, CheckpointMeta, load_classifier
 from rs_lightning.registry import Registry, RegistryError
 
 
@@ -202,10 +203,9 @@ def test_a_checkpoint_cannot_make_certify_download_data(trained_digits, tmp_path
             built.append(config)
             raise RegistryError("stop here")
 
-    meta = {
-        "data": {"_target_": "rs_lightning.data.mnist.MNISTDataModule", "download": True},
-        "num_classes": 10,
-    }
+    meta = CheckpointMeta(
+        data={"_target_": "rs_lightning.data.mnist.MNISTDataModule", "download": True}, num_classes=10
+    )
     import rs_lightning.cli.common as common
 
     original = common.DATA_MODULES
@@ -241,7 +241,7 @@ def test_registries_hold_only_project_classes_of_their_kind():
 
 def test_a_good_checkpoint_loads_in_eval_mode_with_normalization(trained_digits):
     model, meta = load_classifier(trained_digits["checkpoint"])
-    assert not model.training and meta["sigma"] == 0.25
+    assert not model.training and meta.sigma == 0.25
     assert model(torch.rand(2, 1, 8, 8)).shape == (2, 10)
 
 
@@ -261,12 +261,16 @@ def test_checkpoint_datamodule_sets_up_npz_data_and_checks_classes(tmp_path):
         x_test=rng.integers(0, 256, (3, 4, 4), dtype=np.uint8),
         y_test=np.arange(3),
     )
-    meta = {"data": {"_target_": "rs_lightning.data.npz.NpzDataModule", "path": str(path)}, "num_classes": 3}
+    meta = CheckpointMeta(
+        data={"_target_": "rs_lightning.data.npz.NpzDataModule", "path": str(path)}, num_classes=3
+    )
     datamodule = checkpoint_datamodule(OmegaConf.create({"data": None}), meta)
     assert datamodule.num_classes == 3 and len(datamodule.dataset("test")) == 3
     with pytest.raises(ConfigError, match="4 classes"):
-        checkpoint_datamodule(OmegaConf.create({"data": None}), {**meta, "num_classes": 4})
+        checkpoint_datamodule(OmegaConf.create({"data": None}), dataclasses.replace(meta, num_classes=4))
     # an (N, 1, 8, 8) dataset for a (1, 4, 4) network fails here, not deep inside a convolution
     shapes = r"a dataset of \(1, 8, 8\) inputs like the checkpoint's, not \(1, 4, 4\)"
     with pytest.raises(ConfigError, match=shapes):
-        checkpoint_datamodule(OmegaConf.create({"data": None}), {**meta, "input_shape": [1, 8, 8]})
+        checkpoint_datamodule(
+            OmegaConf.create({"data": None}), dataclasses.replace(meta, input_shape=[1, 8, 8])
+        )

@@ -63,11 +63,11 @@ def test_a_training_step_runs_and_the_checkpoint_certifies_in_linf(tmp_path, tin
     certifies it in L∞ with r = σΦ⁻¹(pA_lower)/√d, d = 256, and records norm, d and the pipeline."""
     out = train(train_config(tmp_path / "train", overrides(tiny16, method)))
     model, meta = load_classifier(out["checkpoint"])
-    assert meta["pipeline"]["mode"] == ("ars" if method == "ars" else "static")
+    assert meta.pipeline["mode"] == ("ars" if method == "ars" else "static")
     assert model.noise_draws == (2 if method == "ars" else 1)
     summary = certify(certify_config(tmp_path / "cert", out["checkpoint"], ["n=200", "skip=6"]))
     settings = json.loads((tmp_path / "cert" / "settings.json").read_text())
-    assert settings["norm"] == "linf" and settings["dim"] == 256 and settings["pipeline"] == meta["pipeline"]
+    assert settings["norm"] == "linf" and settings["dim"] == 256 and settings["pipeline"] == meta.pipeline
     rows = pd.read_csv(tmp_path / "cert" / "certify.tsv", sep="\t")
     certified = rows["predict"] >= 0
     expected = 0.25 * norm.ppf(rows["pA_lower"][certified]) / 16

@@ -133,11 +133,11 @@ def test_cohen_derived_layouts_give_the_same_logits(tmp_path, fmt, arch, make, n
     mean, std = norm if norm is not None else (None, None)
     model, meta = load_published(path, fmt, cfg, shape, num_classes, mean, std)
     assert_same_logits(model, wrapped, shape)
-    assert meta["sigma"] is None and meta["checkpoint_format"] == fmt and meta["arch"] == arch
-    assert meta["num_classes"] == num_classes and meta["input_shape"] == list(shape)
-    assert meta["model"] == (cfg or ARCHITECTURES[arch]) and meta["epoch"] == 90
-    assert meta["mean"] == (None if norm is None else list(norm[0]))
-    assert meta["normalization"] == ("identity" if norm is None else "normalize")
+    assert meta.sigma is None and meta.checkpoint_format == fmt and meta.arch == arch
+    assert meta.num_classes == num_classes and meta.input_shape == list(shape)
+    assert meta.model == (cfg or ARCHITECTURES[arch]) and meta.epoch == 90
+    assert meta.mean == (None if norm is None else list(norm[0]))
+    assert meta.normalization == ("identity" if norm is None else "normalize")
 
 
 def test_smoothadv_input_center_layer(tmp_path):
@@ -147,7 +147,7 @@ def test_smoothadv_input_center_layer(tmp_path):
     path = save(cohen_file(wrapped, "cifar_resnet20"), tmp_path / "checkpoint.pth.tar")
     model, meta = load_published(path, "smoothadv", None, (3, 32, 32), 10, *CIFAR10, normalization="center")
     assert_same_logits(model, wrapped, (3, 32, 32))
-    assert meta["normalization"] == "center" and meta["std"] == [1.0, 1.0, 1.0]
+    assert meta.normalization == "center" and meta.std == [1.0, 1.0, 1.0]
     default, _ = load_published(path, "smoothadv", None, (3, 32, 32), 10, *CIFAR10)
     x = torch.rand(2, 3, 32, 32)
     assert not torch.allclose(logits(default, x), logits(wrapped, x), atol=1e-3)  # wrong layer: other net
@@ -162,7 +162,7 @@ def test_imagenet_resnet50_dataparallel_layout(tmp_path):
     path = save(cohen_file(wrapped, "resnet50"), tmp_path / "checkpoint.pth.tar")
     model, meta = load_published(path, "cohen", None, (3, 64, 64), 10, *IMAGENET)
     assert_same_logits(model, nn.Sequential(PlainTensorNormalize(*IMAGENET), net).eval(), (3, 64, 64))
-    assert meta["model"] == {"_target_": "rs_lightning.models.imagenet.ResNet50"}
+    assert meta.model == {"_target_": "rs_lightning.models.imagenet.ResNet50"}
 
 
 @pytest.mark.parametrize(
@@ -177,8 +177,8 @@ def test_macer_layout_without_normalization(tmp_path, make, shape, arch):
     mean, std = CIFAR10 if shape[0] == 3 else (None, None)  # the dataset's, ignored: MACER reads raw [0,1]
     model, meta = load_published(path, "macer", None, shape, 10, mean, std)
     assert_same_logits(model, net, shape)
-    assert meta["arch"] == arch and meta["normalization"] == "identity" and meta["mean"] is None
-    assert meta["epoch"] == 440 and meta["sigma"] is None
+    assert meta.arch == arch and meta.normalization == "identity" and meta.mean is None
+    assert meta.epoch == 440 and meta.sigma is None
 
 
 def test_model_cfg_from_hydra_config_overrides_the_arch(tmp_path):
@@ -190,7 +190,7 @@ def test_model_cfg_from_hydra_config_overrides_the_arch(tmp_path):
     cfg = OmegaConf.load(CONF / "cifar_resnet20.yaml")
     model, meta = load_published(path, "cohen", cfg, (3, 32, 32), 10, *CIFAR10)
     assert_same_logits(model, wrapped, (3, 32, 32))
-    assert meta["model"] == {"_target_": "rs_lightning.models.cifar_resnet.CIFARResNet", "depth": 20}
+    assert meta.model == {"_target_": "rs_lightning.models.cifar_resnet.CIFARResNet", "depth": 20}
     with pytest.raises(CheckpointError, match="not a registered model"):
         load_published(path, "cohen", {"_target_": "os.system"}, (3, 32, 32), 10, *CIFAR10)
 
@@ -310,7 +310,7 @@ def test_normalization_stored_in_the_file_wins(tmp_path):
     path = save(ckpt, tmp_path / "checkpoint.pth.tar")
     model, meta = load_published(path, "smoothmix", None, (3, 32, 32), 10, *CIFAR10)
     assert_same_logits(model, wrapped, (3, 32, 32))
-    assert meta["mean"] == pytest.approx(mean) and meta["std"] == pytest.approx(std)
+    assert meta.mean == pytest.approx(mean) and meta.std == pytest.approx(std)
 
 
 def test_old_files_without_num_batches_tracked_load_and_nan_is_refused(tmp_path):
@@ -449,7 +449,7 @@ def test_loaded_resnet_matches_an_independent_functional_forward_of_the_publishe
     w = random_bearpaw_state(depth, seed=depth)
     path = save(published_file(w, fmt, arch), tmp_path / "checkpoint.pth")
     model, meta = load_published(path, fmt, model_cfg, (3, 32, 32), 10, *CIFAR10)
-    assert meta["model"]["depth"] == depth
+    assert meta.model["depth"] == depth
     x = torch.rand((3, 3, 32, 32), generator=torch.Generator().manual_seed(5))
     if fmt == "macer":  # MACER's network reads raw [0, 1] inputs
         normalized = x
@@ -471,6 +471,6 @@ def test_loaded_lenet_matches_an_independent_functional_forward_of_the_published
     w = random_lenet_state()
     path = save(published_file(w, fmt, "lenet"), tmp_path / "checkpoint.pth")
     model, meta = load_published(path, fmt, None, (1, 28, 28), 10, None, None)
-    assert meta["arch"] == "lenet" and meta["normalization"] == "identity"
+    assert meta.arch == "lenet" and meta.normalization == "identity"
     x = torch.rand((3, 1, 28, 28), generator=torch.Generator().manual_seed(6))
     torch.testing.assert_close(logits(model, x), reference_lenet_forward(w, x))
