@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 
@@ -52,6 +54,17 @@ class Consistency(SmoothingMethod):
 
     noises = NOISES
 
+    @classmethod
+    def check_noise_settings(cls, noise: str, settings: Mapping) -> None:
+        """SmoothAdv + Consistency (``epsilon`` set) only with Gaussian noise: its attack is an L2 PGD, while
+        Laplace and uniform noise certify L1 radii (Yang et al., ICML 2020)."""
+        epsilon = settings.get("epsilon")
+        if epsilon is not None and noise != "gaussian":
+            raise ConfigError(
+                "method.epsilon", epsilon, f"null with noise={noise}",
+                "its SmoothAdv attack is an L2 PGD, while that noise certifies L1 radii",
+            )  # fmt: skip
+
     def __init__(
         self,
         num_noise_vec: int = 2,
@@ -79,6 +92,7 @@ class Consistency(SmoothingMethod):
                 "2 with method.loss=mse",
                 "mse compares p_2 with p_1 only",
             )
+        self.check_noise_settings(kwargs.get("noise", "gaussian"), {"epsilon": epsilon})
         super().__init__(num_chunks=num_noise_vec, **kwargs)
         self.num_noise_vec = int(num_noise_vec)
         self.lbd = float(lbd)

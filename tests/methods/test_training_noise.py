@@ -52,6 +52,9 @@ def test_gaussian_training_noise_is_bit_identical_to_before():
 
 def test_consistency_trains_with_another_noise_and_gaussian_only_methods_refuse():
     assert method("uniform", Consistency).noise == "uniform"
+    assert method("gaussian", Consistency, epsilon=0.25).epsilon == 0.25
+    with pytest.raises(ConfigError, match=r"method\.epsilon=0\.25 .*null with noise=uniform\. .*L2 PGD"):
+        method("uniform", Consistency, epsilon=0.25)  # SmoothAdv + Consistency: an L2 attack
     from rs_lightning.methods.macer import MACER
 
     with pytest.raises(ConfigError, match=r"noise='laplace'.*gaussian for method MACER"):
@@ -102,6 +105,10 @@ def test_a_resume_with_another_noise_is_refused(laplace_run):
     [
         (["method=macer", "noise=uniform"], ("noise='uniform'", "MACER")),
         (["noise=cauchy"], ("noise='cauchy'", "gaussian, laplace, uniform")),
+        (
+            ["method=consistency", "noise=laplace", "method.epsilon=0.25"],
+            ("method.epsilon=0.25", "null with noise=laplace", "L2 PGD"),
+        ),
     ],
 )
 def test_train_refuses_a_noise_the_method_cannot_train_with(tmp_path, overrides, needles):
