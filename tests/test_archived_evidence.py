@@ -52,9 +52,9 @@ def test_the_sequential_tables_rebuild_from_their_rows(tmp_path, model):
 
 def test_every_archived_table_has_its_rows():
     """A table without its rows could not be rebuilt: each .md under docs/results/sequential has a runs/
-    folder (the partial σ = 0.5 table of session 28 is the exception this test names until it is replaced)."""
+    folder."""
     tables = {p.stem for p in SEQUENTIAL.glob("*.md")}
-    assert tables - set(sequential_models()) <= {"mnist_lenet_s050_partial"}
+    assert tables <= set(sequential_models())
 
 
 def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path):
