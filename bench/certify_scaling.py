@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from bench.throughput import machine_info
+from rs_lightning.analysis.results import RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "certify_scaling.json"
@@ -42,7 +43,7 @@ SETTINGS = {  # name: (OMP threads per process, extra overrides)
 
 def rate(out: str) -> float:
     """Certified samples per second per process (the summary's throughput, from the time column)."""
-    return float(json.loads(Path(out, "summary.json").read_text())["throughput"]["samples_per_s"])
+    return float(RunSummary.read(out).throughput["samples_per_s"])
 
 
 def run(args: list[str], threads: int) -> float:

@@ -35,7 +35,7 @@ def compare(reference_path: str, paths: list[str], radii: list[float]) -> list[d
         ref, rows = _aligned(reference, run)
         samples = rows["samples"] if "samples" in rows else rows["n0"] + rows["n"]
         ref_samples = ref["samples"] if "samples" in ref else ref["n0"] + ref["n"]
-        iss = run.settings.get("iss") or {}
+        iss = run.settings.iss or {}
         decline = ref["radius"] - rows["radius"]
         allowed = None
         if iss:
@@ -45,7 +45,7 @@ def compare(reference_path: str, paths: list[str], radii: list[float]) -> list[d
             {
                 "run": str(path),
                 "sampling": "IAS" if not iss else f"ISS {iss['decline'].upper()} {iss['max_decline']:g}",
-                "precision": run.settings.get("precision", "32"),
+                "precision": run.settings.precision or "32",
                 "n": run.n,
                 "mean_samples": float(samples.mean()),
                 "samples_ratio": float(ref_samples.mean() / samples.mean()),

@@ -93,7 +93,7 @@ def run_agreement(reference: str, other: str) -> dict:
     return {
         "reference": reference,
         "other": other,
-        "settings": {run: load_run(run).settings.get("precision", "32") for run in (reference, other)},
+        "settings": {run: load_run(run).settings.precision or "32" for run in (reference, other)},
         "inputs": int(shared.size),
         "class_or_abstention_changed": int((ra["predict"] != rb["predict"]).sum()),
         "correct_changed": int((ra["correct"] != rb["correct"]).sum()),

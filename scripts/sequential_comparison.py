@@ -38,8 +38,8 @@ def grid_of(runs, radii) -> list[float]:
     if radii:
         return [float(r) for r in radii]
     for run in runs:
-        seq = run.settings.get("sequential")
-        if run.settings.get("sampling") == "sequential" and seq and seq.get("radii"):
+        seq = run.settings.sequential
+        if run.settings.sampling == "sequential" and seq and seq.get("radii"):
             return [float(r) for r in seq["radii"]]
     raise SystemExit("error: no sampling=sequential run among them: pass --radii")
 
@@ -80,8 +80,8 @@ def main(argv=None) -> int:
         out["runs"].append(
             {
                 "run": str(run.path),
-                "sampling": run.settings.get("sampling"),
-                "precision": run.settings.get("precision"),
+                "sampling": run.settings.sampling,
+                "precision": run.settings.precision,
                 "mean_samples": samples,
                 "fewer_samples_than_reference": ref_samples / samples,
                 "seconds_per_input": float(np.sum(rows["time"]) / m),

@@ -10,7 +10,7 @@ set), n, n0, α, seed, split, precision and sampling (the spec's protocol keys).
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,12 +18,11 @@ import numpy as np
 
 from rs_lightning.smoothing.certificate import NORMS, Certificate, default_norm
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS as SPEC_PROTOCOL_KEYS
-from rs_lightning.smoothing.spec import CertificationSpec, protocol_of
 from rs_lightning.validation import ConfigError
 
 from .budget import class_shares
 from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf, true_label_pa
-from .results import ResultFileError, in_subset, read_results, settings_mismatch
+from .results import ResultFileError, RunRecord, RunSummary, in_subset, read_results, settings_mismatch
 
 PROTOCOL_KEYS = ("subset", "dataset", "inputs_sha256", *SPEC_PROTOCOL_KEYS)
 """The inputs (idx set, the dataset — its name and file hash where recorded — and the hash of the certified
@@ -38,13 +37,15 @@ class ProtocolMismatchError(ResultFileError):
 
 @dataclass
 class Run:
-    """One certification run: its ``certify.tsv`` rows and the settings recorded next to it (may be {})."""
+    """One certification run: its ``certify.tsv`` rows and the settings recorded next to it (may record
+    nothing); ``converted_from``: the norm its radii were converted from (:meth:`in_norm`)."""
 
     path: Path
     rows: dict[str, np.ndarray]
-    settings: dict = field(default_factory=dict)
+    settings: RunRecord = field(default_factory=RunRecord)
     method: str | None = None
     label: str = ""
+    converted_from: str | None = None
 
     @property
     def name(self) -> str:
@@ -57,24 +58,24 @@ class Run:
 
     @property
     def sigma(self) -> float | None:
-        sigma = self.settings.get("sigma")
+        sigma = self.settings.sigma
         return None if sigma is None else float(sigma)
 
     @property
     def alpha(self) -> float | None:
-        alpha = self.settings.get("alpha")
+        alpha = self.settings.alpha
         return None if alpha is None else float(alpha)
 
     @property
     def norm(self) -> str:
         """The ball the ``radius`` column is for: ``l2`` (also every run written before norms existed),
         ``l1`` or ``linf``."""
-        return str(self.settings.get("norm") or default_norm(self.noise))
+        return str(self.settings.norm or default_norm(self.noise))
 
     @property
     def noise(self) -> str:
         """The smoothing noise (``gaussian`` for every run written before noises existed)."""
-        return str(self.settings.get("noise") or "gaussian")
+        return str(self.settings.noise or "gaussian")
 
     @property
     def certificate(self) -> Certificate:
@@ -83,7 +84,7 @@ class Run:
     @property
     def dim(self) -> int | None:
         """The number of input coordinates d = C·H·W, if recorded."""
-        dim = self.settings.get("dim")
+        dim = self.settings.dim
         return None if dim is None else int(dim)
 
     @property
@@ -115,15 +116,15 @@ class Run:
                 "dimension d = C*H*W, which this run does not record (a Cohen TSV, or certified before "
                 "rs-lightning recorded it): pass --dim D"
             )
-        if self.settings.get("pipeline"):
+        if self.settings.pipeline:
             raise ResultFileError(
-                f"{self.path} certifies a randomized pipeline ({self.settings['pipeline'].get('mode')}), "
+                f"{self.path} certifies a randomized pipeline ({self.settings.pipeline.get('mode')}), "
                 f"whose guarantee is L-infinity only: it has no {norm} radius here; drop --norm {norm}"
             )
         factor = self.certificate.conversion_factor(norm, d)
         rows = {**self.rows, "radius": self.rows["radius"] * factor}
-        settings = {**self.settings, "norm": norm, "dim": int(d), "converted_from": self.norm}
-        return Run(path=self.path, rows=rows, settings=settings, method=self.method, label=self.label)
+        settings = dataclasses.replace(self.settings, norm=norm, dim=int(d))
+        return dataclasses.replace(self, rows=rows, settings=settings, converted_from=self.norm)
 
     @property
     def num_inputs(self) -> int:
@@ -133,7 +134,7 @@ class Run:
     def n(self) -> int | None:
         """n, the estimation draws (the largest budget under input-specific sampling): from settings, else
         from the TSV's ``n`` column."""
-        return self._setting_or_column("n", "n")
+        return self._setting_or_column(self.settings.n, "n")
 
     @property
     def mean_n(self) -> float | None:
@@ -142,11 +143,11 @@ class Run:
 
     @property
     def n0(self) -> int | None:
-        return self._setting_or_column("n0", "n0")
+        return self._setting_or_column(self.settings.n0, "n0")
 
-    def _setting_or_column(self, key: str, column: str) -> int | None:
-        if self.settings.get(key) is not None:
-            return int(self.settings[key])
+    def _setting_or_column(self, setting: int | None, column: str) -> int | None:
+        if setting is not None:
+            return int(setting)
         if column in self.rows:
             values = np.unique(self.rows[column])
             if values.size == 1:
@@ -177,19 +178,19 @@ class Run:
     def protocol(self) -> dict:
         """The values that must agree between compared runs (None = unknown): the idx set and the spec's
         protocol keys (n and n0 fall back to the TSV's columns for old Cohen files)."""
-        out = {"subset": frozenset(int(i) for i in self.rows["idx"])} | protocol_of(self.settings)
+        out = {"subset": frozenset(int(i) for i in self.rows["idx"])} | self.settings.protocol()
         out["n"], out["n0"], out["alpha"] = self.n, self.n0, self.alpha
-        data = self.settings.get("data")
+        data = self.settings.data
         out["dataset"] = (
             None if not isinstance(data, dict) else f"{data.get('name')} {data.get('sha256') or ''}"
         )
-        out["inputs_sha256"] = self.settings.get("inputs_sha256")
+        out["inputs_sha256"] = self.settings.inputs_sha256
         return out
 
     @property
     def train_seed(self) -> int | None:
         """The training seed of the certified checkpoint, if recorded."""
-        seed = self.settings.get("train_seed")
+        seed = self.settings.train_seed
         return None if seed is None else int(seed)
 
     def budget_gaps(self) -> list[str]:
@@ -204,7 +205,7 @@ class Run:
         """(c, π_c) of the constant classifier h ≡ c to set beside this run (Sun et al. 2025, Thm. 1): the
         run's own label if it certified a ConstantClassifier, else its majority class (the best such h)."""
         shares = class_shares(self.rows["label"])
-        model = self.settings.get("model")
+        model = self.settings.model
         if isinstance(model, dict) and str(model.get("_target_", "")).endswith(".ConstantClassifier"):
             label = int(model.get("label", 0))
             return label, shares.get(label, 0.0)
@@ -244,23 +245,11 @@ def find_run_paths(paths) -> list[Path]:
     return found
 
 
-def _read_json(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ResultFileError(f"{path} is unreadable ({err})") from err
-    if not isinstance(data, dict):
-        raise ResultFileError(f"{path} is not a JSON object")
-    return data
-
-
-def bound_level(settings: dict) -> float:
+def bound_level(settings: RunRecord) -> float:
     """The level of a run's Clopper–Pearson bounds (alpha; sequential sampling: alpha per look)."""
-    if settings.get("sampling") != "sequential":
-        return float(settings["alpha"])
-    return CertificationSpec.from_dict(settings).bound_alpha
+    if settings.sampling != "sequential":
+        return float(settings.alpha)
+    return settings.spec.bound_alpha
 
 
 def load_run(path: str | Path, sigma: float | None = None) -> Run:
@@ -271,12 +260,13 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
     path = Path(path)
     tsv = path if path.is_file() else path / "certify.tsv"
     rows = read_results(tsv)
-    settings: dict = {}
+    settings = RunRecord()
     if tsv.name == "certify.tsv":
-        settings = _read_json(tsv.parent / "settings.json") or {}
-        if not settings:
-            settings = (_read_json(tsv.parent / "summary.json") or {}).get("settings") or {}
-        keep = in_subset(rows["idx"], settings.get("subset"))
+        settings = RunRecord.read(tsv.parent) or settings
+        if settings == RunRecord():  # none recorded: the copy in summary.json, if any
+            summary = RunSummary.read(tsv.parent)
+            settings = settings if summary is None else summary.settings
+        keep = in_subset(rows["idx"], settings.subset)
         rows = {k: v[keep] for k, v in rows.items()}
     if rows["idx"].size == 0:
         raise ResultFileError(f"{tsv} holds no result rows")
@@ -288,15 +278,14 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
             f"{tsv.parent} holds unmerged shard files: finish the parts, or merge them with "
             f"python -m rs_lightning.cli.report merge {tsv.parent}"
         )
-    if settings.get("sigma") is None and sigma is not None:
-        settings = {**settings, "sigma": float(sigma)}
-    if settings.get("alpha") is not None:  # rows that betray another protocol than their settings.json
-        mode = settings.get("mode", "certify")
-        level = float(settings["alpha"]) if mode == "predict" else bound_level(settings)
+    if settings.sigma is None and sigma is not None:  # read as recorded with that sigma
+        settings = RunRecord.from_dict(settings.to_dict() | {"sigma": float(sigma)})
+    if settings.alpha is not None:  # rows that betray another protocol than their settings.json
+        mode = settings.mode or "certify"
+        level = float(settings.alpha) if mode == "predict" else bound_level(settings)
         mismatch = settings_mismatch(
-            rows, mode, level, settings.get("sigma"), settings.get("norm"), settings.get("dim"),
-            settings.get("noise"),
-        )  # fmt: skip
+            rows, mode, level, settings.sigma, settings.norm, settings.dim, settings.noise
+        )
         if mismatch is not None:
             raise ResultFileError(
                 f"{tsv} holds {mismatch[0]}, but its settings say {mismatch[1]}: rows of two protocols are "

@@ -7,7 +7,8 @@ included). PREDICT columns: ``idx label predict correct time n nA nB pvalue`` (t
 two-sided binomial test's p-value). The rows are built here, from engine results, for ``certify.py`` and the
 training callback alike.
 A rerun reads the rows already written, skips their indices, and redoes a last line that a killed process
-left incomplete.
+left incomplete. A run folder's ``settings.json`` and ``summary.json`` are written and read only as
+:class:`RunRecord` and :class:`RunSummary` (their versions: :data:`RUN_FORMAT`).
 
 **Concurrent writers.** Each file has one writer at a time (an exclusive ``flock`` that the OS drops when the
 process dies, so a killed run never blocks its resume). A run folder is locked too (``.lock``): exclusively by
@@ -22,10 +23,12 @@ single-process run's except for the ``time`` column.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +36,7 @@ from scipy.stats import beta
 
 from rs_lightning.smoothing.certificate import of
 from rs_lightning.smoothing.engine import ABSTAIN
+from rs_lightning.smoothing.spec import PROTOCOL_KEYS, CertificationSpec
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 COLUMNS = (
@@ -52,7 +56,8 @@ COLUMNS = (
 )
 PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time", "n", "nA", "nB", "pvalue")
 ADDED_LATER = ("samples",)
-"""Columns that files written by earlier versions lack; such files are resumed in their own format."""
+"""Columns that files written by earlier versions lack; such files are resumed in their own format (the
+versions: :data:`RUN_FORMAT`)."""
 REQUIRED = ("idx", "label", "predict", "radius", "correct")
 PREDICT_REQUIRED = ("idx", "label", "predict", "correct")
 _INT_COLUMNS = {"idx", "label", "predict", "correct", "nA", "nB", "n", "n0", "nA0", "samples"}
@@ -331,6 +336,153 @@ def read_json(path: str | os.PathLike) -> dict:
         raise ResultFileError(
             f"{path} is unreadable ({err}); restore it or choose another output_dir"
         ) from err
+
+
+# ------------------------------------------------------------------------------------------------ run records
+RUN_FORMAT = 1
+"""Version of ``settings.json`` and ``summary.json``, their ``format`` key. Readable: 1 and the untagged files
+of earlier versions (0, e.g. the runs archived under docs/results/), which may lack keys added since: the
+protocol keys of :data:`SETTINGS_ADDED_LATER` take their values there, any other key is None (not recorded),
+and their ``certify.tsv`` may lack the columns of :data:`ADDED_LATER`."""
+
+SETTINGS_ADDED_LATER = {
+    "mode": "certify", "precision": "32", "sampling": "cohen", "iss": None, "sequential": None,
+    "noise": "gaussian", "norm": "l2",
+}  # fmt: skip
+"""Values of protocol keys that runs recorded before the keys existed had implicitly (every such run was an
+fp32 CERTIFY with Cohen's sampling of Gaussian L2 radii)."""
+
+
+def _check_format(values, source: str) -> None:
+    if not isinstance(values, dict):
+        raise ResultFileError(f"{source} is not a JSON object; restore it or choose another output_dir")
+    version = values.get("format", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= RUN_FORMAT:
+        raise ResultFileError(
+            f"{source} has format={version!r}, which this rs-lightning does not read (formats 0 to "
+            f"{RUN_FORMAT}); update rs-lightning"
+        )
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a certification run records in ``settings.json``: the values of its
+    :class:`~rs_lightning.smoothing.spec.CertificationSpec` (in the spec's order), then the model, inputs and
+    devices it certified; None = not recorded. Its one stored form is :meth:`to_dict` (:meth:`write`), its
+    one reading :meth:`from_dict` (:meth:`read`), which fills in what earlier versions lacked
+    (:data:`RUN_FORMAT`)."""
+
+    sigma: float | None = None
+    n0: int | None = None
+    n: int | None = None
+    alpha: float | None = None
+    seed: int | None = None
+    batch_size: int | None = None
+    split: str | None = None
+    noise_block: int | None = None
+    mode: str | None = None
+    precision: str | None = None
+    channels_last: bool | None = None
+    compile: bool | None = None
+    sampling: str | None = None
+    iss: dict | None = None
+    sequential: dict | None = None
+    norm: str | None = None
+    noise: str | None = None
+    train_sigma: float | None = None  # the checkpoint's sigma (None: published or parameter-free)
+    train_noise: str | None = None
+    sigma_overridden: bool | None = None
+    device: str | None = None  # the device type (cpu, cuda), whose noise generators differ
+    tf32: dict | None = None
+    subset: dict | None = None  # skip, start, max, num_inputs
+    checkpoint: str | None = None
+    checkpoint_sha256: str | None = None
+    model: dict | None = None
+    method: str | None = None  # the training method's class name
+    train_seed: int | None = None
+    inputs_sha256: str | None = None
+    data: dict | None = None  # the data module's describe()
+    dim: int | None = None  # input coordinates d = C*H*W
+    pipeline: dict | None = None  # a randomized pipeline's settings (ARS)
+    checkpoint_format: str | None = None  # a published checkpoint's layout
+    radius_step: float | None = None
+    auto: dict | None = None  # precision=auto / channels_last=auto: the choice and its timings
+    devices: list[str] | None = None  # one name per certifying process
+
+    def to_dict(self) -> dict:
+        """The stored form: every field in order, then ``format``."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {"format": RUN_FORMAT}
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "settings.json") -> RunRecord:
+        """The record of a stored settings dict of any readable version (a ResultFileError naming ``source``
+        otherwise): the keys of :data:`SETTINGS_ADDED_LATER` it lacks (or stores as null) take their values
+        there, the others None; unknown keys are ignored. An empty dict (an old Cohen TSV) records nothing."""
+        _check_format(values, source)
+        if not values:
+            return cls()
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**SETTINGS_ADDED_LATER | {k: v for k, v in values.items() if k in names and v is not None})
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike) -> RunRecord | None:
+        """The record of ``folder/settings.json``; None without one, a ResultFileError (one line) if it is
+        unreadable."""
+        path = Path(folder) / "settings.json"
+        return cls.from_dict(read_json(path), str(path)) if path.is_file() else None
+
+    def write(self, folder: str | os.PathLike) -> None:
+        write_json_atomic(Path(folder) / "settings.json", self.to_dict())
+
+    @property
+    def spec(self) -> CertificationSpec:
+        """The run's certification spec (values not recorded take the spec's defaults)."""
+        names = [f.name for f in dataclasses.fields(CertificationSpec)]
+        return CertificationSpec.from_dict({k: v for k in names if (v := getattr(self, k)) is not None})
+
+    def protocol(self) -> dict:
+        """The values of :data:`~rs_lightning.smoothing.spec.PROTOCOL_KEYS` (None: not recorded)."""
+        out = {key: getattr(self, key) for key in PROTOCOL_KEYS}
+        out["precision"] = None if out["precision"] is None else str(out["precision"])
+        return out
+
+    def indices(self) -> list[int]:
+        """The input indices of the run (its ``subset``)."""
+        subset = self.subset
+        return [subset["start"] + subset["skip"] * j for j in range(subset["num_inputs"])]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a finished run records in ``summary.json``: its metrics (``summarize`` or
+    ``summarize_predictions`` of :mod:`~rs_lightning.analysis.metrics`), throughput and settings. Its one
+    stored form is :meth:`to_dict` (:meth:`write`), its one reading :meth:`from_dict` (:meth:`read`)."""
+
+    metrics: dict
+    throughput: dict
+    settings: RunRecord
+
+    def to_dict(self) -> dict:
+        """The stored form: the metrics, ``throughput``, ``settings``, then ``format``."""
+        stored = {"throughput": self.throughput, "settings": self.settings.to_dict(), "format": RUN_FORMAT}
+        return self.metrics | stored
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str = "summary.json") -> RunSummary:
+        """The summary of a stored dict of any readable version (see :class:`RunRecord`)."""
+        _check_format(values, source)
+        metrics = {k: v for k, v in values.items() if k not in ("throughput", "settings", "format")}
+        settings = RunRecord.from_dict(values.get("settings") or {}, f"{source} (its settings)")
+        return cls(metrics, values.get("throughput") or {}, settings)
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike) -> RunSummary | None:
+        """The summary of ``folder/summary.json``; None without one, a ResultFileError if it is unreadable."""
+        path = Path(folder) / "summary.json"
+        return cls.from_dict(read_json(path), str(path)) if path.is_file() else None
+
+    def write(self, folder: str | os.PathLike) -> None:
+        write_json_atomic(Path(folder) / "summary.json", self.to_dict())
 
 
 class FolderLock:

@@ -18,8 +18,6 @@ from itertools import product
 
 import numpy as np
 
-from rs_lightning.smoothing.spec import CertificationSpec
-
 from .compare import Run, sigma_groups
 from .metrics import ECDF_GRID
 from .uncertainty import (
@@ -44,10 +42,10 @@ def counts_of(run: Run) -> Counts | None:
     if not run.has_counts:
         return None
     looks = 1
-    if run.settings.get("sampling") == "sequential":
+    if run.settings.sampling == "sequential":
         from rs_lightning.smoothing.sequential import look_schedule
 
-        looks = len(look_schedule(CertificationSpec.from_dict(run.settings)))
+        looks = len(look_schedule(run.settings.spec))
     return Counts.from_rows(run.rows, looks=looks)
 
 

@@ -34,17 +34,17 @@ from rs_lightning.analysis.results import (
     FolderLock,
     ResultFileError,
     ResultWriter,
+    RunRecord,
+    RunSummary,
     certify_rows,
     done_indices,
     in_subset,
     merge_parts,
     part_tables,
     predict_rows,
-    read_json,
     read_results,
     settings_mismatch,
     shard_table,
-    write_json_atomic,
 )
 from rs_lightning.data.subset import parse_shard, shard_of, subset_indices
 from rs_lightning.models.checkpoint import CheckpointMeta, load_classifier
@@ -56,7 +56,7 @@ from rs_lightning.smoothing.engine import check_iss_decline, check_norm_supporte
 from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
 from rs_lightning.smoothing.sequential import look_schedule, resolve_grid
-from rs_lightning.smoothing.spec import SequentialSettings, protocol_of
+from rs_lightning.smoothing.spec import SequentialSettings
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 from .common import (
@@ -185,23 +185,23 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
     return model, meta, checkpoint_datamodule(cfg, meta), resolve_sigma(cfg, meta.sigma)
 
 
-def _check_resume(settings_path: Path, settings: dict, table: Path) -> None:
+def _check_resume(out: Path, settings: RunRecord, table: Path) -> None:
     """Refuse a folder whose rows were made under other statistical settings (named in the message): those
     in its ``settings.json`` or, when that is missing, what the rows already there record of them
     (:func:`_check_rows_match`)."""
-    if not settings_path.exists():
-        _check_rows_match(table, CertificationSpec.from_dict(settings), settings.get("dim"))
+    old = RunRecord.read(out)
+    if old is None:
+        _check_rows_match(table, settings.spec, settings.dim)
         return
-    old = read_json(settings_path)
-    settings = json.loads(json.dumps(settings))  # compare as stored (tuples become lists)
-    before = protocol_of(old) | {k: old.get(k) for k in IDENTITY_KEYS}
-    now = protocol_of(settings) | {k: settings.get(k) for k in IDENTITY_KEYS}
+    settings = RunRecord.from_dict(json.loads(json.dumps(settings.to_dict())))  # as stored: tuples are lists
+    before = old.protocol() | {k: getattr(old, k) for k in IDENTITY_KEYS}
+    now = settings.protocol() | {k: getattr(settings, k) for k in IDENTITY_KEYS}
     changed = {k: (before[k], now[k]) for k in now if before[k] != now[k]}
     if changed:
         detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in changed.items())
         raise ConfigError(
             "output_dir",
-            str(settings_path.parent),
+            str(out),
             "a folder certified with the same settings",
             f"It holds results for other settings ({detail}); choose another output_dir so no rows are mixed",
         )
@@ -248,10 +248,9 @@ def _refuse_rows(table: Path, path: Path, found: str, now: str) -> None:
     )  # fmt: skip
 
 
-def format_summary(summary: dict) -> str:
+def format_summary(record: RunSummary) -> str:
     """A plain-text table of one run's summary (CERTIFY or PREDICT)."""
-    s = summary["settings"]
-    spec = CertificationSpec.from_dict(s)
+    summary, spec = record.metrics, record.settings.spec
     head = f"{spec.mode}: {summary['num_inputs']} inputs  {spec.describe()}"
     if spec.mode == "predict":
         return "\n".join(
@@ -299,7 +298,8 @@ def resolve_auto(cfg: DictConfig, spec: CertificationSpec, model, x: torch.Tenso
     wanted = {key: str(cfg.get(key)).lower() == AUTO for key in ("precision", "channels_last")}
     if not any(wanted.values()):
         return spec, None
-    previous = read_json(out / "settings.json").get("auto") if (out / "settings.json").is_file() else None
+    recorded = RunRecord.read(out)
+    previous = recorded.auto if recorded is not None else None
     if previous:
         chosen = previous
     else:
@@ -441,29 +441,30 @@ def certify(cfg: DictConfig) -> dict:
     inputs_sha256 = inputs_digest(dataset, indices)
     spec, auto = resolve_auto(cfg, spec, model, x_first, out, device, int(meta.num_classes))
 
-    settings = spec.as_dict() | {
-        "train_sigma": None if meta.sigma is None else float(meta.sigma),
-        "train_noise": meta.noise,
-        "sigma_overridden": meta.sigma is not None and sigma != float(meta.sigma),
-        "device": trainer.strategy.root_device.type if distributed else device.type,
-        "tf32": tf32_settings(trainer.strategy.root_device if distributed else device),
-        "subset": {"skip": cfg.skip, "start": cfg.start, "max": cfg.max, "num_inputs": len(indices)},
-        "checkpoint": None if checkpoint is None else str(checkpoint.resolve()),
-        "checkpoint_sha256": None if checkpoint is None else _sha256(checkpoint),
-        "model": meta.model,
-        "method": meta.training_method,
-        "train_seed": meta.seed,
-        "inputs_sha256": inputs_sha256,
-        "data": datamodule.describe(),
-        "dim": math.prod(datamodule.input_shape),
-        "pipeline": meta.pipeline,
-        "checkpoint_format": meta.checkpoint_format,
-        "radius_step": None if cfg.radius_step is None else float(cfg.radius_step),
-        "auto": auto,
-        "devices": device_names(
+    settings = RunRecord(
+        **spec.as_dict(),
+        train_sigma=None if meta.sigma is None else float(meta.sigma),
+        train_noise=meta.noise,
+        sigma_overridden=meta.sigma is not None and sigma != float(meta.sigma),
+        device=trainer.strategy.root_device.type if distributed else device.type,
+        tf32=tf32_settings(trainer.strategy.root_device if distributed else device),
+        subset={"skip": cfg.skip, "start": cfg.start, "max": cfg.max, "num_inputs": len(indices)},
+        checkpoint=None if checkpoint is None else str(checkpoint.resolve()),
+        checkpoint_sha256=None if checkpoint is None else _sha256(checkpoint),
+        model=meta.model,
+        method=meta.training_method,
+        train_seed=meta.seed,
+        inputs_sha256=inputs_sha256,
+        data=datamodule.describe(),
+        dim=math.prod(datamodule.input_shape),
+        pipeline=meta.pipeline,
+        checkpoint_format=meta.checkpoint_format,
+        radius_step=None if cfg.radius_step is None else float(cfg.radius_step),
+        auto=auto,
+        devices=device_names(
             trainer.strategy.root_device if distributed else device, trainer.world_size if distributed else 1
         ),
-    }
+    )
     certifying = spec.mode == "certify"
     table = out / ("certify.tsv" if certifying else "predict.tsv")
     shard = parse_shard(cfg.get("shard"))
@@ -478,8 +479,8 @@ def certify(cfg: DictConfig) -> dict:
     else:
         folder_lock = FolderLock(out, shared=shard is not None or external, check_ranks=not external)
     with folder_lock:
-        _check_resume(out / "settings.json", settings, table)
-        write_json_atomic(out / "settings.json", settings)
+        _check_resume(out, settings, table)
+        settings.write(out)
         if distributed:
             module = RankCertification(
                 model, dataset, indices, spec, int(meta.num_classes), table, columns, make_rows,
@@ -515,21 +516,21 @@ def certify(cfg: DictConfig) -> dict:
             f"{table.name}, or run: python -m rs_lightning.cli.report merge {out})"
         )
         return {"merged": False, "missing": len(missing), "num_inputs": len(indices)}
-    return finish_run(out, settings, cfg.radius_step)
+    return finish_run(out, settings, cfg.radius_step).to_dict()
 
 
-def finish_run(out: Path, settings: dict, radius_step: float | None = None) -> dict:
+def finish_run(out: Path, settings: RunRecord, radius_step: float | None = None) -> RunSummary:
     """``summary.json`` and the plots of a complete run folder, from its table and ``settings.json``."""
-    spec = CertificationSpec.from_dict(settings)
+    spec = settings.spec
     sigma = spec.sigma
     certifying = spec.mode == "certify"
     table = out / ("certify.tsv" if certifying else "predict.tsv")
     rows = read_results(table) if certifying else read_results(table, PREDICT_REQUIRED)
-    keep = in_subset(rows["idx"], settings["subset"])
+    keep = in_subset(rows["idx"], settings.subset)
     rows = {k: v[keep] for k, v in rows.items()}
     if certifying:
-        radii = spec.certificate.radius_grid(sigma, spec.n, spec.alpha, radius_step, settings.get("dim"))
-        summary = summarize(
+        radii = spec.certificate.radius_grid(sigma, spec.n, spec.alpha, radius_step, settings.dim)
+        metrics = summarize(
             rows["radius"],
             rows["correct"],
             rows["predict"],
@@ -539,11 +540,11 @@ def finish_run(out: Path, settings: dict, radius_step: float | None = None) -> d
             samples=rows.get("samples"),
         )
     else:
-        summary = summarize_predictions(rows["predict"], rows["correct"])
-    devices = settings.get("devices") or []
-    summary["throughput"] = throughput(rows) | {"devices": devices, "processes": len(devices) or 1}
-    summary["settings"] = settings
-    write_json_atomic(out / "summary.json", summary)
+        metrics = summarize_predictions(rows["predict"], rows["correct"])
+    devices = settings.devices or []
+    speed = throughput(rows) | {"devices": devices, "processes": len(devices) or 1}
+    summary = RunSummary(metrics, speed, settings)
+    summary.write(out)
     if certifying:
         noise = "" if spec.noise == "gaussian" else f", {spec.noise}"
         label = f"sigma={sigma:g}{noise}, n={spec.n}" + {"iss": " (ISS)", "sequential": " (sequential)"}.get(
@@ -565,12 +566,11 @@ def merge_run(out: str | Path, radius_step: float | None = None) -> dict:
     """``report merge RUN_DIR``: merge a run folder's parts (``shard=i/k`` files) into its table and write
     its summary and plots; a ResultFileError names the indices still missing or certified twice."""
     out = Path(out)
-    if not (out / "settings.json").is_file():
+    settings = RunRecord.read(out)
+    if settings is None:
         raise ResultFileError(f"{out} has no settings.json: not a certify.py run folder")
-    settings = read_json(out / "settings.json")
-    subset = settings["subset"]
-    indices = [subset["start"] + subset["skip"] * j for j in range(subset["num_inputs"])]
-    table = out / ("certify.tsv" if settings.get("mode", "certify") == "certify" else "predict.tsv")
+    indices = settings.indices()
+    table = out / ("certify.tsv" if (settings.mode or "certify") == "certify" else "predict.tsv")
     with FolderLock(out, shared=False):
         missing = merge_parts(table, indices)
     if missing:
@@ -578,6 +578,6 @@ def merge_run(out: str | Path, radius_step: float | None = None) -> dict:
             f"{out}: {len(missing)} of {len(indices)} inputs are in no part yet (idx {missing[:10]}"
             f"{' …' if len(missing) > 10 else ''}); certify the missing parts (shard=i/k) first"
         )
-    summary = finish_run(out, settings, radius_step or settings.get("radius_step"))
+    summary = finish_run(out, settings, radius_step or settings.radius_step)
     print(format_summary(summary))
-    return summary
+    return summary.to_dict()

@@ -94,16 +94,17 @@ def method_name(run: Run) -> str | None:
     checkpoint metadata (read with weights_only=True);
     "<format> (published)" for a published checkpoint (``checkpoint_format=``); the model's class for a
     checkpoint-free run (e.g. ConstantClassifier); None if unknown."""
-    checkpoint, model = run.settings.get("checkpoint"), run.settings.get("model")
-    if run.settings.get("checkpoint_format"):  # a published checkpoint: labelled by its repository's layout
-        return f"{run.settings['checkpoint_format']} (published)"
+    settings = run.settings
+    checkpoint, model = settings.checkpoint, settings.model
+    if settings.checkpoint_format:  # a published checkpoint: labelled by its repository's layout
+        return f"{settings.checkpoint_format} (published)"
     if checkpoint is None:
         target = model.get("_target_") if isinstance(model, dict) else None
         return target.rsplit(".", 1)[-1] if target else None
-    name = run.settings.get("method") or _checkpoint_method(checkpoint)  # settings: an archived folder
+    name = settings.method or _checkpoint_method(checkpoint)  # settings: an archived folder
     if name is None:
         return None
-    pipeline = run.settings.get("pipeline")
+    pipeline = settings.pipeline
     return f"{name} ({pipeline.get('mode')})" if isinstance(pipeline, dict) else name
 
 
@@ -220,7 +221,7 @@ def _norm(run: Run) -> str:
     """``l2``, ``linf (d=3136)``, ``linf (d=…, from l2)`` for radii converted by ``--norm``; the noise
     first when it is not Gaussian (``uniform l1``)."""
     noise = "" if run.noise == "gaussian" else f"{run.noise} "
-    source = run.settings.get("converted_from")
+    source = run.converted_from
     if not run.certificate.needs_dim and not source:
         return noise + run.norm
     return noise + f"{run.norm} (d={run.dim}" + (f", from {source})" if source else ")")
@@ -745,7 +746,7 @@ def published_report(
             f"{run.path} holds {run.noise} {run.norm} radii; the published cells are Gaussian L2 "
             "certificates: certify with noise=gaussian norm=l2"
         )
-    name, recognized = dataset_of(run.settings.get("data"))
+    name, recognized = dataset_of(run.settings.data)
     protocol = run.protocol()
     ours = {"dataset": name, "sigma": run.sigma, "n0": run.n0, "n": run.n, "alpha": run.alpha}
     ours |= {k: protocol[k] for k in ("split", "mode", "sampling", "precision")}

@@ -35,13 +35,6 @@ PROTOCOL_KEYS = (
 ``channels_last`` and ``compile`` change only the floating-point rounding inside the network (as the batch
 size does), not the statistics, so they are recorded but not compared."""
 
-LEGACY_DEFAULTS = {
-    "mode": "certify", "precision": "32", "sampling": "cohen", "iss": None, "sequential": None,
-    "noise": "gaussian", "norm": "l2",
-}  # fmt: skip
-"""Values of keys that runs written before they existed had implicitly (every such run was an fp32
-CERTIFY with Cohen's sampling of L2 radii)."""
-
 
 def _integer(key: str, value, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
@@ -291,8 +284,9 @@ class CertificationSpec:
         return out
 
     def protocol(self) -> dict:
-        """The values of :data:`PROTOCOL_KEYS`."""
-        return protocol_of(self.as_dict())
+        """The values of :data:`PROTOCOL_KEYS` (as in :meth:`as_dict`)."""
+        values = self.as_dict()
+        return {key: values[key] for key in PROTOCOL_KEYS}
 
     @property
     def bound_alpha(self) -> float:
@@ -342,15 +336,3 @@ def _radius_grid(key: str, values) -> tuple[float, ...]:
     if not radii or min(radii) < 0 or any(b <= a for a, b in zip(radii, radii[1:], strict=False)):
         raise ConfigError(key, list(values), "a non-empty list of radii >= 0 in increasing order")
     return radii
-
-
-def protocol_of(settings: Mapping) -> dict:
-    """The protocol values of a stored settings dict; keys it predates take :data:`LEGACY_DEFAULTS`
-    (an empty dict, i.e. an old Cohen TSV without settings, gives None for every key)."""
-    if not settings:
-        return {key: None for key in PROTOCOL_KEYS}
-    out = {}
-    for key in PROTOCOL_KEYS:
-        value = settings.get(key, LEGACY_DEFAULTS.get(key))
-        out[key] = str(value) if key == "precision" and value is not None else value
-    return out

@@ -17,6 +17,7 @@ from rs_lightning.analysis.compare import (
     load_run,
     load_runs,
 )
+from rs_lightning.analysis.results import RunRecord
 from rs_lightning.smoothing.certificate import radius_from_pa
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 
@@ -192,7 +193,7 @@ def test_constant_reference_is_the_majority_class_with_its_share_and_closed_form
         assert got == pytest.approx(want, rel=1e-9)
 
     def reference(labels, model=None):
-        settings = {} if model is None else {"model": model}
+        settings = RunRecord.from_dict({} if model is None else {"model": model})
         return Run(
             path=tmp_path / "x.tsv", rows={"label": np.asarray(labels)}, settings=settings
         ).constant_reference()

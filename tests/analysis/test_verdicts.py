@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rs_lightning.analysis.compare import Run, assign_labels
+from rs_lightning.analysis.results import RunRecord
 from rs_lightning.analysis.verdicts import compare_entries, entries
 
 M = 600
@@ -30,7 +31,7 @@ def run(name: str, method: str, radius: np.ndarray, train_seed: int | None, sigm
         "train_seed": train_seed,
         "mode": "certify",
     }
-    return Run(path=Path(f"/runs/{name}"), rows=rows, settings=settings, method=method)
+    return Run(path=Path(f"/runs/{name}"), rows=rows, settings=RunRecord.from_dict(settings), method=method)
 
 
 def radii(shift: float, seed: int) -> np.ndarray:

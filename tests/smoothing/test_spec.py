@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rs_lightning.smoothing import CertificationSpec, IssSettings
-from rs_lightning.smoothing.spec import PROTOCOL_KEYS, protocol_of
+from rs_lightning.smoothing.spec import PROTOCOL_KEYS
 from rs_lightning.validation import ConfigError
 
 
@@ -25,20 +25,6 @@ def test_defaults_and_round_trip():
     assert iss.n0 is None and iss.iss == IssSettings("ad", 0.05, 1000, 200, False) and iss.precision == "32"
     assert CertificationSpec.from_dict(json.loads(json.dumps(iss.as_dict()))) == iss
     assert set(iss.protocol()) == set(PROTOCOL_KEYS)
-
-
-def test_settings_written_before_the_new_keys_are_fp32_cohen_certify():
-    old = {
-        "sigma": 0.25,
-        "n0": 100,
-        "n": 1000,
-        "alpha": 0.001,
-        "seed": 0,
-        "split": "test",
-        "noise_block": 256,
-    }
-    assert protocol_of(old) == CertificationSpec(sigma=0.25, n=1000).protocol()
-    assert set(protocol_of({}).values()) == {None}
 
 
 @pytest.mark.parametrize(
