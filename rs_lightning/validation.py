@@ -67,3 +67,9 @@ def require_share(key: str, value) -> None:
     """A fraction ``0 <= value <= 1``."""
     if not 0 <= _number(key, value) <= 1:
         raise ConfigError(key, value, "in [0, 1]")
+
+
+def readable_format(version, newest: int) -> bool:
+    """Whether a stored record's ``format`` tag is one this version reads: an int from 0 (untagged) to
+    ``newest`` (the checkpoint metadata and the run records share the rule)."""
+    return isinstance(version, int) and not isinstance(version, bool) and 0 <= version <= newest

@@ -38,6 +38,7 @@ from rs_lightning.smoothing.certificate import of
 from rs_lightning.smoothing.engine import ABSTAIN
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS, CertificationSpec
 from rs_lightning.smoothing.stats import clopper_pearson_lower
+from rs_lightning.validation import readable_format
 
 COLUMNS = (
     "idx",
@@ -357,7 +358,7 @@ def _check_format(values, source: str) -> None:
     if not isinstance(values, dict):
         raise ResultFileError(f"{source} is not a JSON object; restore it or choose another output_dir")
     version = values.get("format", 0)
-    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= RUN_FORMAT:
+    if not readable_format(version, RUN_FORMAT):
         raise ResultFileError(
             f"{source} has format={version!r}, which this rs-lightning does not read (formats 0 to "
             f"{RUN_FORMAT}); update rs-lightning"

@@ -22,6 +22,7 @@ from torch import nn
 
 from rs_lightning.registry import RegistryError, check_plain
 from rs_lightning.smoothing.certificate import NOISES
+from rs_lightning.validation import readable_format
 
 from .normalize import Normalize, build_classifier
 from .registry import MODELS
@@ -135,7 +136,7 @@ def _check_metadata(meta: Any, source: str | os.PathLike) -> None:
     if not isinstance(meta, dict):
         raise refuse(f"{CHECKPOINT_KEY!r} is a {type(meta).__name__}, not a mapping")
     version = meta.get("format", 0)
-    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= CHECKPOINT_FORMAT:
+    if not readable_format(version, CHECKPOINT_FORMAT):
         raise CheckpointError(
             f"{source} has metadata format={version!r}, which this rs-lightning does not read (formats 0 to "
             f"{CHECKPOINT_FORMAT}); update rs-lightning or use a checkpoint written by its train.py"
