@@ -41,6 +41,18 @@ certify_run() {  # certify_run TRAIN_DIR OUT_DIR OVERRIDES...: certify.py on TRA
   run_step "$PY" certify.py "checkpoint=$train/checkpoints/last.ckpt" "$@" "output_dir=$dir" "hydra.run.dir=$dir"
 }
 
+train() {  # train NAME OVERRIDES...: train_run into $OUT/train/NAME, one thread, seed 0, CSV log
+  local name=$1; shift
+  OMP_NUM_THREADS=1 train_run "$OUT/train/$name" "$@" seed=0 trainer.enable_progress_bar=false logger=csv
+}
+
+certify() {  # certify THREADS MODEL NAME OVERRIDES...: certify_run of $OUT/train/MODEL into
+  # $OUT/certify/MODEL/NAME at n = 100,000, alpha = 0.001, seed 0 (scripts may define their own instead)
+  local threads=$1 model=$2 name=$3; shift 3
+  OMP_NUM_THREADS=$threads certify_run "$OUT/train/$model" "$OUT/certify/$model/$name" n=100000 alpha=0.001 \
+    seed=0 "$@"
+}
+
 archive_run() {  # archive_run RUN_DIR DEST: the run's per-input rows and settings (and its summary once
   # finished; an unfinished run's rows can be compared on the inputs they share), copied to DEST
   mkdir -p "$2"

@@ -18,16 +18,6 @@ DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/fast_certification}
 mkdir -p "$OUT/tables"
 
-train() {  # train NAME OVERRIDES...: train_run (scripts/evidence.sh) into $OUT/train/NAME, one thread
-  local name=$1; shift
-  OMP_NUM_THREADS=1 train_run "$OUT/train/$name" "$@" seed=0 trainer.enable_progress_bar=false logger=csv
-}
-certify() {  # certify THREADS MODEL NAME OVERRIDES...: certify_run (only a finished training; resumes)
-  local threads=$1 model=$2 name=$3; shift 3
-  OMP_NUM_THREADS=$threads certify_run "$OUT/train/$model" "$OUT/certify/$model/$name" n=100000 alpha=0.001 \
-    seed=0 "$@"
-}
-
 MNIST="data=npz data.path=$DATA/mnist.npz skip=50"            # idx 0, 50, ..., 9950: 200 inputs
 CIFAR="data=npz data.path=$DATA/cifar10_subset.npz skip=5"    # idx 0, 5, ..., 995: 200 inputs
 FAST="precision=bf16 channels_last=true"

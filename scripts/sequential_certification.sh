@@ -18,17 +18,6 @@ OUT=${OUT:-outputs/sequential_certification}
 TABLES=${TABLES:-docs/results/sequential}
 mkdir -p "$OUT"
 
-train() {  # train NAME OVERRIDES...: train_run (scripts/evidence.sh) into $OUT/train/NAME, one thread
-  local name=$1; shift
-  OMP_NUM_THREADS=1 train_run "$OUT/train/$name" "$@" seed=0 trainer.enable_progress_bar=false logger=csv
-}
-
-certify() {  # certify THREADS MODEL NAME OVERRIDES...: certify_run (only a finished training; resumes)
-  local threads=$1 model=$2 name=$3; shift 3
-  OMP_NUM_THREADS=$threads certify_run "$OUT/train/$model" "$OUT/certify/$model/$name" n=100000 alpha=0.001 \
-    seed=0 "$@"
-}
-
 MNIST="data=npz data.path=$DATA/mnist.npz skip=50"            # idx 0, 50, ..., 9950: 200 inputs
 CIFAR="data=npz data.path=$DATA/cifar10_subset.npz skip=5"    # idx 0, 5, ..., 995: 200 inputs
 MODELS="mnist_lenet_s025 mnist_lenet_s050 cifar_subset_lenet_s025"
