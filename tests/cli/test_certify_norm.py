@@ -11,7 +11,8 @@ from rs_testing import compose_config
 
 from rs_lightning.analysis.compare import load_run
 from rs_lightning.cli.certify import certify
-from rs_lightning.cli.report import main, report
+from rs_lightning.cli.report import main
+from rs_lightning.cli.report.compare import report
 from rs_lightning.smoothing import max_certifiable_radius
 
 BASE = ["checkpoint=null", "model=constant", "data=digits", "sigma=0.25", "n0=10", "n=1000", "max=40"]

@@ -14,7 +14,8 @@ from rs_testing import REPO, certify_config, compose_config
 from rs_lightning.analysis import read_results
 from rs_lightning.analysis.budget import class_shares, constant_classifier_acr
 from rs_lightning.cli.certify import certify
-from rs_lightning.cli.report import load, main
+from rs_lightning.cli.report import main
+from rs_lightning.cli.report.loading import load
 from rs_lightning.validation import ConfigError
 
 CONSTANT = ["checkpoint=null", "model=constant", "data=digits", "sigma=0.25", "n0=10"]

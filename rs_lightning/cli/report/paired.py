@@ -1,0 +1,62 @@
+"""``report paired REFERENCE OTHER... [--radii R ...] [--beta B]``: paired difference CIs of ACR and certified
+accuracy between runs on the same inputs (:mod:`rs_lightning.analysis.uncertainty`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rs_lightning.analysis.compare import load_runs
+from rs_lightning.analysis.results import ResultFileError
+from rs_lightning.analysis.uncertainty import (
+    DEFAULT_BETA,
+    check_beta,
+    paired_acr_ci,
+    paired_certified_accuracy,
+)
+from rs_lightning.analysis.verdicts import radius_counts
+from rs_lightning.validation import ConfigError, require_non_negative
+
+
+def paired_command(argv: Sequence[str]) -> int:
+    """``report paired REFERENCE OTHER... [--radii R ...] [--beta B]``: paired differences REFERENCE − OTHER
+    of ACR and of certified accuracy at each radius, with (1 − β) percentile bootstrap CIs over the shared
+    inputs (:mod:`rs_lightning.analysis.uncertainty`; Bonferroni over the OTHERs)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m rs_lightning.cli.report paired",
+        description="Paired bootstrap CIs of ACR and certified-accuracy differences between runs on the "
+        "same inputs (each pair with its own generator).",
+    )
+    parser.add_argument("reference", metavar="REFERENCE_RUN")
+    parser.add_argument("others", nargs="+", metavar="OTHER_RUN")
+    parser.add_argument(
+        "--radii", nargs="+", type=float, default=[], help="certified accuracy at these radii"
+    )
+    parser.add_argument("--beta", default=DEFAULT_BETA, help=f"1 - confidence (default {DEFAULT_BETA})")
+    args = parser.parse_args(argv)
+    try:
+        beta = check_beta(args.beta)
+        for radius in args.radii:
+            require_non_negative("--radii", radius)
+        reference = load_runs([args.reference])[0]
+        level = beta / len(args.others)
+        for path in args.others:
+            other = load_runs([path])[0]
+            a, b = radius_counts(reference), radius_counts(other)
+            names = (str(reference.path), str(other.path))
+            low, high = paired_acr_ci(a, b, level, names=names)
+            diff = reference.acr - other.acr
+            what = f"{reference.path} - {other.path}"
+            print(
+                f"ACR: {what}: {diff:+.4f}  {1 - level:.4g} CI [{low:+.4f}, {high:+.4f}]  ({a.size} inputs)"
+            )
+            if args.radii:
+                result = paired_certified_accuracy(a, b, args.radii, level, names=names)
+                band = result["pointwise"]
+                for r, d, lo, hi in zip(args.radii, band.point, band.lower, band.upper, strict=True):
+                    print(f"certified accuracy at r={r:g}: {what}: {d:+.4f}  CI [{lo:+.4f}, {hi:+.4f}]")
+    except (ConfigError, ResultFileError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
