@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,6 +198,35 @@ def predict_rows(result, labels, seconds: float) -> list[dict]:
         }
         for j, label in enumerate(labels)
     ]
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    """A run folder's result file for one ``spec.mode``: its name, columns in order, the columns a reader
+    needs, and the function that builds its rows from an engine result, its labels and seconds per input."""
+
+    name: str
+    columns: tuple[str, ...]
+    required: tuple[str, ...]
+    rows: Callable[..., list[dict]]
+
+    def path(self, folder: str | os.PathLike) -> Path:
+        return Path(folder) / self.name
+
+    def read(self, folder: str | os.PathLike) -> dict[str, np.ndarray]:
+        return read_results(self.path(folder), self.required)
+
+
+TABLES = {
+    "certify": ResultTable("certify.tsv", COLUMNS, REQUIRED, certify_rows),
+    "predict": ResultTable("predict.tsv", PREDICT_COLUMNS, PREDICT_REQUIRED, predict_rows),
+}
+"""The one choice between the CERTIFY and PREDICT tables, by ``spec.mode``."""
+
+
+def result_table(mode: str | None) -> ResultTable:
+    """The table of a run of ``mode`` (CERTIFY for records that predate the key)."""
+    return TABLES[mode or "certify"]
 
 
 def in_subset(idx, subset: dict | None) -> np.ndarray:

@@ -23,13 +23,14 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.models.checkpoint import load_classifier
 from rs_lightning.smoothing.engine import sample_counts
 from rs_lightning.smoothing.noise import Phase
 from rs_lightning.validation import ConfigError, require_at_least
 
 from .certify import resolve_sigma
-from .common import checkpoint_datamodule, require_writable_dir, resolve_device, tune_cpu_allocator
+from .common import checkpoint_datamodule, require_writable_dir, resolve_device
 
 
 def _output(cfg: DictConfig) -> Path:

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from rs_lightning import __version__
 from rs_lightning.analysis.results import try_flock
+from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.loggers import ResumableCSVLogger, trained_batches
 from rs_lightning.methods.base import SmoothingMethod, check_training_noise
@@ -26,7 +27,7 @@ from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta, check
 from rs_lightning.models.registry import MODELS
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
 
-from .common import check_trainer_config, plain, require_writable_dir, tune_cpu_allocator
+from .common import check_trainer_config, plain, require_writable_dir
 
 RESUME_MUST_MATCH = ("sigma", "noise", "seed", "method", "model", "data", "optim")
 """Settings a resumed run must share with its checkpoint (except the keys in ``RESUME_MAY_CHANGE``)."""

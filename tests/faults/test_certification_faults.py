@@ -49,7 +49,7 @@ def test_a_rank_dies_with_its_launcher_even_with_sigint_ignored(tmp_path):
     rank = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {str(REPO)!r})
-        from rs_lightning.cli.distributed import die_with_launcher
+        from rs_lightning.certification.ranks import die_with_launcher
         die_with_launcher(os.getppid())
         open({str(tmp_path / "armed")!r}, "w").close()
         time.sleep(120)

@@ -1,5 +1,5 @@
 """``report merge RUN_DIR [--radius-step R]``: one result from the shard files of a sharded run
-(``certify.py shard=i/k``), written by :func:`rs_lightning.cli.certify.merge_run`."""
+(``certify.py shard=i/k``), written by :func:`rs_lightning.certification.merge_run`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rs_lightning.validation import ConfigError
 
 def merge_command(argv: Sequence[str]) -> int:
     """``report merge RUN_DIR [--radius-step R]``: one result from the parts of a sharded run."""
-    from rs_lightning.cli.certify import merge_run
+    from rs_lightning.certification import merge_run
 
     parser = argparse.ArgumentParser(
         prog="python -m rs_lightning.cli.report merge",

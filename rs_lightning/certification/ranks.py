@@ -1,12 +1,12 @@
 """``certify.py trainer=ddp|ddp_sim``: certification split across Lightning DDP ranks.
 
-Rank r takes the indices at positions r, r + world_size, ... of the run's explicit index list (no sampler, so
-no padding and no duplicates), skips those already in any part file (a resumed run, whatever its world size
-was), and appends its rows to its own part file ``certify.shard-<rank>-of-<world>.tsv``
-(the layout of ``shard=i/k``, :mod:`rs_lightning.analysis.results`); afterwards the parts are merged into
-``certify.tsv``. Rows do not depend on the rank that made them (noise seeded by ``(seed, idx, phase)``),
-so the merged file equals a single-process run's except for the ``time`` column, whatever the world size,
-and a killed run resumes with any world size.
+Rank r certifies ``Part(r, world_size, own_file=True)`` of the plan (:mod:`~rs_lightning.certification.plan`):
+the indices at positions r, r + world_size, ... of the run's explicit index list (no sampler, so no padding
+and no duplicates), skipping those already in any part file (a resumed run, whatever its world size was),
+into its own part file ``certify.shard-<rank>-of-<world>.tsv`` (the layout of ``shard=i/k``); afterwards
+the parts are merged into ``certify.tsv``. Rows do not depend on the rank that made them (noise seeded by
+``(seed, idx, phase)``), so the merged file equals a single-process run's except for the ``time`` column,
+whatever the world size, and a killed run resumes with any world size.
 
 Ranks die with their launcher (the certify.py process that started them): each asks the kernel for SIGKILL
 when its parent ends (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere a watchdog thread polls the parent), and
@@ -17,6 +17,7 @@ so a killed launcher leaves no rank writing and a resume is refused until every 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import signal
 import sys
@@ -24,18 +25,17 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
-from tqdm import tqdm
 
-from rs_lightning.analysis.results import ResultWriter, done_indices, hold_rank_lock, shard_table
-from rs_lightning.smoothing import CertificationSpec, run_dataset
+from rs_lightning.analysis.results import hold_rank_lock
+from rs_lightning.cpu_allocator import tune_cpu_allocator
 
-from .common import tune_cpu_allocator
+from .part import certify_part
+from .plan import CertificationPlan, Part, Ranks
 
 LAUNCHER_ENV = "RS_LIGHTNING_CERTIFY_LAUNCHER"
 """Environment variable holding the launcher's pid while it starts ranks (inherited by spawned ranks and by
@@ -91,52 +91,35 @@ TRAINING_ONLY = ("_target_", "max_epochs", "check_val_every_n_epoch", "log_every
 
 
 class RankCertification(pl.LightningModule):
-    """Certifies this rank's share of ``indices`` in one ``predict_step`` and writes its part file. The share
-    depends on the position in ``indices`` only, so ranks starting at different times (each reading the part
-    files, which other ranks may already be writing) still split the work exactly. Each rank dies with the
-    process ``launcher`` and holds the folder's rank lock until it ends."""
+    """Certifies this rank's part of ``plan`` in one ``predict_step``. The part depends on the position in
+    the plan's indices only, so ranks starting at different times (each reading the part files, which other
+    ranks may already be writing) still split the work exactly. Each rank dies with the process
+    ``launcher`` and holds the folder's rank lock until it ends."""
 
-    def __init__(
-        self, model, dataset, indices: list[int], spec: CertificationSpec, num_classes: int, table: Path,
-        columns: tuple[str, ...], make_rows, launcher: int,
-    ) -> None:  # fmt: skip
+    def __init__(self, plan: CertificationPlan, launcher: int) -> None:
         super().__init__()
         self.launcher, self._rank_lock = launcher, None
-        self.model = model
-        self.dataset, self.indices, self.spec = dataset, list(indices), spec
-        self.num_classes, self.table, self.columns, self.make_rows = (
-            num_classes,
-            Path(table),
-            columns,
-            make_rows,
-        )
+        self.model = plan.model  # a submodule: Lightning moves it to the rank's device
+        self.plan = dataclasses.replace(plan, processes=None)  # what to certify; the Trainer stays behind
 
     def setup(self, stage: str) -> None:
         die_with_launcher(self.launcher)
-        self._rank_lock = hold_rank_lock(self.table.parent)
+        self._rank_lock = hold_rank_lock(self.plan.out)
         if self.trainer.strategy.root_device.type == "cpu":
             tune_cpu_allocator()  # spawned ranks are new interpreters: glibc's defaults cost ~35% (bench/)
 
     def predict_dataloader(self) -> DataLoader:
-        share = self.indices[self.global_rank :: self.trainer.world_size]
-        done = done_indices(self.table)
-        return DataLoader([[i for i in share if i not in done]], batch_size=None, collate_fn=lambda x: x)
+        # one batch: this rank's (index, count); Lightning moves batches, so no frozen Part travels in it
+        position = (self.global_rank, self.trainer.world_size)
+        return DataLoader([position], batch_size=None, collate_fn=lambda x: x)
 
-    def predict_step(self, mine: list[int], batch_idx: int) -> None:
-        world = self.trainer.world_size
-        part = shard_table(self.table, (self.global_rank, world))
-        progress = tqdm(
-            total=len(mine) * world, unit="input", desc=f"{self.spec.mode} (rank 0 x {world} ranks)",
-            disable=self.global_rank != 0, dynamic_ncols=True, mininterval=1.0,
+    def predict_step(self, position: tuple[int, int], batch_idx: int) -> None:
+        part = Part(*position, own_file=True)
+        certify_part(
+            dataclasses.replace(self.plan, model=self.model), part, self.device,
+            progress=f"{self.plan.spec.mode} (rank 0 x {part.count} ranks)" if part.index == 0 else None,
+            progress_scale=part.count,
         )  # fmt: skip
-        with ResultWriter(part, self.columns) as writer:
-            for result, labels, seconds in run_dataset(
-                self.model, self.dataset, mine, self.spec, num_classes=self.num_classes, device=self.device
-            ):
-                for row in self.make_rows(result, labels, seconds):
-                    writer.write(row)
-                progress.update(min(len(labels) * world, progress.total - progress.n))
-        progress.close()
 
     def teardown(self, stage: str) -> None:
         if self._rank_lock is not None:
@@ -158,8 +141,11 @@ def certification_trainer(cfg_trainer: DictConfig) -> pl.Trainer:
     return pl.Trainer(**kwargs)
 
 
-def certify_on_ranks(trainer: pl.Trainer, module: RankCertification) -> bool:
-    """Run the ranks; True in the process that should merge (rank 0, or the launcher of spawned ranks)."""
+def certify_on_ranks(plan: CertificationPlan, ranks: Ranks) -> bool:
+    """Run the ranks on ``plan``; True in the process that should merge (rank 0, or the launcher of spawned
+    ranks)."""
+    trainer = ranks.trainer
+    module = RankCertification(plan, ranks.launcher or os.getpid())
     with launching_ranks():
         trainer.predict(module, return_predictions=False)
     trainer.strategy.barrier()

@@ -1,0 +1,141 @@
+"""Execute a :class:`~rs_lightning.certification.plan.CertificationPlan`: take the run folder, check that
+its rows (if any) were made under the same settings, record the settings, certify this process's part, and
+merge the parts and summarize once every input has its row.
+
+Rows are appended one by one and flushed, so a killed run resumes from where it stopped: a rerun into the same
+folder skips the indices already certified; a rerun with different statistical settings (sigma, n0, n, alpha,
+seed, split, checkpoint, model) is refused, naming them.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+
+from rs_lightning.analysis.results import (
+    FolderLock,
+    ResultFileError,
+    RunRecord,
+    merge_parts,
+    part_tables,
+    read_results,
+    settings_mismatch,
+)
+from rs_lightning.smoothing import CertificationSpec
+from rs_lightning.smoothing.sequential import look_schedule
+from rs_lightning.validation import ConfigError
+
+from .part import certify_part
+from .plan import CertificationPlan, OneProcess, Ranks
+from .summary import finish_run
+
+IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model", "data", "device")
+"""With the spec's protocol keys: what a resume must match (what the rows were certified of, and the
+device type, whose noise generators differ: CPU and CUDA rows would not come from one stream)."""
+
+
+def execute(plan: CertificationPlan) -> dict:
+    """Run ``plan`` in this process; returns the run's summary dict (also written to ``summary.json``), or,
+    when other parts are still to finish, how many inputs they miss (``{"merged": False, ...}``), or ``{}``
+    in a DDP rank that leaves the merge to rank 0."""
+    processes = plan.processes
+    Path(plan.out).mkdir(parents=True, exist_ok=True)
+    with _folder_lock(plan.out, processes):
+        check_resume(plan.out, plan.record, plan.table_path)
+        plan.record.write(plan.out)
+        if isinstance(processes, Ranks):
+            from .ranks import certify_on_ranks  # Lightning's strategies load only for a DDP run
+
+            if not certify_on_ranks(plan, processes):
+                return {}  # another rank merges
+        else:
+            certify_part(plan, processes.part, processes.device)
+        missing = merge_parts(plan.table_path, plan.indices)
+    if missing:
+        part = processes.part
+        print(
+            f"{plan.spec.mode} part {part.index}/{part.count}: {len(part.inputs(plan.indices))} inputs done; "
+            f"{len(missing)} of the run's {len(plan.indices)} are in other parts still to finish (the last "
+            f"part to finish merges them into {plan.table.name}, or run: python -m rs_lightning.cli.report "
+            f"merge {plan.out})"
+        )
+        return {"merged": False, "missing": len(missing), "num_inputs": len(plan.indices)}
+    return finish_run(plan.out, plan.record, plan.record.radius_step).to_dict()
+
+
+def _folder_lock(out: Path, processes: OneProcess | Ranks):
+    """The run folder's lock: exclusive for a single process, shared by ``shard=i/k`` parts and by ranks a
+    cluster started side by side (SLURM, torchrun); a rank that runs certify.py again works under its
+    launcher's lock (and holds the rank lock)."""
+    if isinstance(processes, OneProcess):
+        return FolderLock(out, shared=processes.part.own_file)
+    if processes.launcher is not None:
+        return nullcontext()
+    external = processes.trainer.strategy.cluster_environment.creates_processes_externally
+    return FolderLock(out, shared=external, check_ranks=not external)
+
+
+def check_resume(out: Path, settings: RunRecord, table: Path) -> None:
+    """Refuse a folder whose rows were made under other statistical settings (named in the message): those
+    in its ``settings.json`` or, when that is missing, what the rows already there record of them
+    (:func:`_check_rows_match`)."""
+    old = RunRecord.read(out)
+    if old is None:
+        _check_rows_match(table, settings.spec, settings.dim)
+        return
+    settings = RunRecord.from_dict(json.loads(json.dumps(settings.to_dict())))  # as stored: tuples are lists
+    before = old.protocol() | {k: getattr(old, k) for k in IDENTITY_KEYS}
+    now = settings.protocol() | {k: getattr(settings, k) for k in IDENTITY_KEYS}
+    changed = {k: (before[k], now[k]) for k in now if before[k] != now[k]}
+    if changed:
+        detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in changed.items())
+        raise ConfigError(
+            "output_dir",
+            str(out),
+            "a folder certified with the same settings",
+            f"It holds results for other settings ({detail}); choose another output_dir so no rows are mixed",
+        )
+
+
+def _check_rows_match(table: Path, spec: CertificationSpec, dim: int | None) -> None:
+    """Without ``settings.json``, the rows already in the folder must be what this run would write: their
+    ``n``/``n0`` columns fit its n and n0, and the settings each row records implicitly agree with its own —
+    ``alpha`` through ``pA_lower`` = the Clopper–Pearson bound of ``nA`` of ``n`` (PREDICT: through
+    abstaining exactly where ``pvalue > alpha``), and sigma/norm through ``radius`` = scale·Φ⁻¹(pA_lower)."""
+    for path in part_tables(table):
+        if not path.stat().st_size:
+            continue
+        required = ("idx", "n") if spec.mode == "predict" else ("idx", "n", "n0")
+        try:
+            rows = read_results(path, required)
+        except ResultFileError:
+            continue  # an old file without these columns: the writer checks its header
+        if spec.mode == "certify" and spec.sampling == "sequential":
+            bad = ~np.isin(rows["n"], look_schedule(spec)) | (rows["n0"] != spec.n0)
+        elif spec.mode == "certify" and spec.sampling == "iss":
+            bad = rows["n"] > spec.n
+        elif spec.mode == "certify":
+            bad = (rows["n"] != spec.n) | (rows["n0"] != spec.n0)
+        else:
+            bad = rows["n"] != spec.n
+        if bad.any():
+            j = int(np.argmax(bad))
+            found = f"n={int(rows['n'][j])}" + (f", n0={int(rows['n0'][j])}" if "n0" in rows else "")
+            _refuse_rows(
+                table, path, f"rows with {found} (idx {int(rows['idx'][j])})", f"n={spec.n}, n0={spec.n0}"
+            )
+        level = spec.alpha if spec.mode == "predict" else spec.bound_alpha
+        mismatch = settings_mismatch(rows, spec.mode, level, spec.sigma, spec.norm, dim, spec.noise)
+        if mismatch is not None:
+            _refuse_rows(table, path, *mismatch)
+
+
+def _refuse_rows(table: Path, path: Path, found: str, now: str) -> None:
+    raise ConfigError(
+        "output_dir", str(table.parent), "a folder certified with the same settings",
+        f"{path.name} holds {found} and no settings.json; this run has {now}. Choose another output_dir so "
+        "no rows are mixed",
+    )  # fmt: skip

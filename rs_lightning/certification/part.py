@@ -1,0 +1,42 @@
+"""One process's share of a run: certify the inputs of its :class:`~rs_lightning.certification.plan.Part` that
+no part file holds yet, appending their rows to the part's file. The only writer loop, whether the process is
+the only one, a ``shard=i/k`` part or a DDP rank."""
+
+from __future__ import annotations
+
+import torch
+from tqdm import tqdm
+
+from rs_lightning.analysis.results import ResultWriter, done_indices
+from rs_lightning.smoothing import run_dataset
+
+from .plan import CertificationPlan, Part
+
+
+def certify_part(
+    plan: CertificationPlan, part: Part, device: torch.device, *, progress: str | None = "",
+    progress_scale: int = 1,
+) -> int:  # fmt: skip
+    """Certify (or PREDICT, as ``plan.spec.mode`` says) the inputs of ``part`` still missing from the run
+    folder; returns how many this call did. ``progress``: the progress bar's label (``""``: the mode and
+    the part, None: no bar); ``progress_scale``: what one input counts in it (the ranks of a DDP run, whose
+    rank 0 shows the whole run's progress)."""
+    table = plan.table
+    path = plan.table_path
+    mine = part.inputs(plan.indices)
+    with ResultWriter(part.file(path), table.columns) as writer:  # opening repairs a killed run's last line
+        done = done_indices(path)
+        todo = [i for i in mine if i not in done]
+        bar = tqdm(
+            total=len(mine) * progress_scale, initial=(len(mine) - len(todo)) * progress_scale, unit="input",
+            desc=progress or plan.spec.mode + (f" {part.index}/{part.count}" if part.own_file else ""),
+            disable=progress is None, dynamic_ncols=True, mininterval=1.0,
+        )  # fmt: skip
+        for result, labels, seconds in run_dataset(
+            plan.model, plan.dataset, todo, plan.spec, num_classes=plan.num_classes, device=device
+        ):
+            for row in table.rows(result, labels, seconds):
+                writer.write(row)
+            bar.update(min(len(labels) * progress_scale, bar.total - bar.n))
+        bar.close()
+    return len(todo)
