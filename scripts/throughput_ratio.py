@@ -7,19 +7,24 @@ scripts/fast_certification.sh), from their summary.json files.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from rs_lightning.analysis.results import ResultFileError, RunSummary
 
-def summary(run: Path) -> dict:
-    path = run / "summary.json"
+
+def summary(run: Path) -> RunSummary:
+    """The run's summary.json, read as a :class:`RunSummary` (any readable format version)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        message = f"error: {path} cannot be read ({exc}); pass a finished certify.py output folder"
+        record = RunSummary.read(run)
+        problem = "it has no summary.json" if record is None else "its summary records no throughput"
+    except (OSError, ResultFileError) as exc:
+        record, problem = None, str(exc)
+    if record is None or record.throughput.get("inputs_per_s") is None:
+        message = f"error: {run} cannot be read ({problem}); pass a finished certify.py output folder"
         print(message, file=sys.stderr)
         sys.exit(2)
+    return record
 
 
 def main(argv=None) -> float:
@@ -29,12 +34,12 @@ def main(argv=None) -> float:
     args = parser.parse_args(argv)
     slow, fast = summary(args.slow), summary(args.fast)
     for name, run in ((args.slow.name, slow), (args.fast.name, fast)):
-        speed = run["throughput"]
+        speed, metrics = run.throughput, run.metrics
         print(
             f"{name}: {speed['inputs_per_s']:.4f} inputs/s, {speed['seconds']:.0f} s, "
-            f"ACR {run['acr']:.4f}, mean samples {run['mean_samples']:.0f}"
+            f"ACR {metrics['acr']:.4f}, mean samples {metrics['mean_samples']:.0f}"
         )
-    ratio = fast["throughput"]["inputs_per_s"] / slow["throughput"]["inputs_per_s"]
+    ratio = fast.throughput["inputs_per_s"] / slow.throughput["inputs_per_s"]
     print(f"certified inputs per second: {ratio:.2f}x")
     return ratio
 
