@@ -78,14 +78,17 @@ stage_tables() {  # from the archived rows, so that tests/test_archived_evidence
 }
 
 stage_headline() {  # the machine to itself: fp32 Cohen, then sequential + bf16 + channels_last, 2 threads
-  # HEADLINE_SKIP=200: every 4th of the 200 inputs (50), when the machine is idle only briefly
+  # HEADLINE_SKIP=200: every 4th of the 200 inputs (50), when the machine is idle only briefly;
+  # HEADLINE_MODEL=mnist_lenet_s025: the sigma 0.25 model (its tables: headline_mnist_lenet_s025.*)
   local inputs="data=npz data.path=$DATA/mnist.npz skip=${HEADLINE_SKIP:-50}"
-  certify 2 mnist_lenet_s050 headline_cohen_fp32 $inputs
-  certify 2 mnist_lenet_s050 headline_sequential_bf16 $inputs sampling=sequential precision=bf16 channels_last=true
-  archive_run "$OUT/certify/mnist_lenet_s050/headline_cohen_fp32" "$TABLES/runs/headline/cohen_fp32"
-  archive_run "$OUT/certify/mnist_lenet_s050/headline_sequential_bf16" "$TABLES/runs/headline/sequential_bf16"
-  $PY scripts/sequential_comparison.py "$TABLES/runs/headline/cohen_fp32" "$TABLES/runs/headline/sequential_bf16" \
-    --json "$TABLES/headline.json" | tee "$TABLES/headline.md"
+  local model=${HEADLINE_MODEL:-mnist_lenet_s050}
+  local name=headline${HEADLINE_MODEL:+_$HEADLINE_MODEL}
+  certify 2 "$model" "${name}_cohen_fp32" $inputs
+  certify 2 "$model" "${name}_sequential_bf16" $inputs sampling=sequential precision=bf16 channels_last=true
+  archive_run "$OUT/certify/$model/${name}_cohen_fp32" "$TABLES/runs/$name/cohen_fp32"
+  archive_run "$OUT/certify/$model/${name}_sequential_bf16" "$TABLES/runs/$name/sequential_bf16"
+  $PY scripts/sequential_comparison.py "$TABLES/runs/$name/cohen_fp32" "$TABLES/runs/$name/sequential_bf16" \
+    --json "$TABLES/$name.json" | tee "$TABLES/$name.md"
 }
 
 if [ -n "${STAGE:-}" ]; then "stage_$STAGE"; exit 0; fi
