@@ -55,12 +55,12 @@ def execute(plan: CertificationPlan) -> dict:
             certify_part(plan, processes.part, processes.device)
         missing = merge_parts(plan.table_path, plan.indices)
     if missing:
-        part = processes.part
+        part = processes.part if isinstance(processes, OneProcess) else None
+        mine = "" if part is None else f" part {part.index}/{part.count}:"
         print(
-            f"{plan.spec.mode} part {part.index}/{part.count}: {len(part.inputs(plan.indices))} inputs done; "
-            f"{len(missing)} of the run's {len(plan.indices)} are in other parts still to finish (the last "
-            f"part to finish merges them into {plan.table.name}, or run: python -m rs_lightning.cli.report "
-            f"merge {plan.out})"
+            f"{plan.spec.mode}{mine} {len(missing)} of the run's {len(plan.indices)} inputs are in other "
+            f"parts still to finish (the last part to finish merges them into {plan.table.name}, or run: "
+            f"python -m rs_lightning.cli.report merge {plan.out})"
         )
         return {"merged": False, "missing": len(missing), "num_inputs": len(plan.indices)}
     return finish_run(plan.out, plan.record, plan.record.radius_step).to_dict()
