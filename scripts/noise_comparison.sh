@@ -57,4 +57,6 @@ if [ "$STAGE" = all ] || [ "$STAGE" = report ]; then
     --out "$REPORT"
   $PY -m rs_lightning.cli.report paired "$REPORT"/runs/{uniform,gaussian,laplace} --radii ${RADII:-0 0.5 1 1.5 2} \
     > "$REPORT/paired_differences.txt"
+  $PY -m rs_lightning.cli.report paired "$REPORT"/runs/{laplace,gaussian} --radii ${RADII:-0 0.5 1 1.5 2} 2.5 3 \
+    > "$REPORT/paired_laplace_gaussian.txt"
 fi

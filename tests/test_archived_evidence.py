@@ -57,9 +57,10 @@ def test_every_archived_table_has_its_rows():
     assert tables <= set(sequential_models())
 
 
-def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path):
+@pytest.mark.parametrize("name", sorted(p.name for p in (RESULTS / "noises").iterdir() if p.is_dir()))
+def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path, name):
     """scripts/noise_comparison.sh's report: Gaussian, Laplace and uniform training noise, L1 radii."""
-    folder = RESULTS / "noises" / "mnist_sigma050"
+    folder = RESULTS / "noises" / name
     runs = [str((folder / "runs" / noise).relative_to(REPO)) for noise in ("gaussian", "laplace", "uniform")]
     args = [*runs, "--allow-mismatch", "--out", str(tmp_path)]
     done = run_script("-m rs_lightning.cli.report", *args, timeout=600)
@@ -67,3 +68,13 @@ def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path):
     names = ["report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv"]
     match, mismatch, errors = filecmp.cmpfiles(folder, tmp_path, names, shallow=False)
     assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
+    # and the paired differences the docs quote, as the script writes them
+    gaussian, laplace, uniform = runs
+    radii = ["0", "0.5", "1", "1.5", "2"]
+    for file, pair in (
+        ("paired_differences.txt", [uniform, gaussian, laplace, "--radii", *radii]),
+        ("paired_laplace_gaussian.txt", [laplace, gaussian, "--radii", *radii, "2.5", "3"]),
+    ):
+        paired = run_script("-m rs_lightning.cli.report paired", *pair, timeout=600)
+        assert paired.returncode == 0, paired.stderr[-2000:]
+        assert paired.stdout == (folder / file).read_text(), f"{name}/{file} rebuilt differently"
