@@ -208,7 +208,7 @@ class ResultTable:
     name: str
     columns: tuple[str, ...]
     required: tuple[str, ...]
-    rows: Callable[..., list[dict]]
+    make_rows: Callable[..., list[dict]]
 
     def path(self, folder: str | os.PathLike) -> Path:
         return Path(folder) / self.name

@@ -24,6 +24,7 @@ from rs_lightning.analysis.results import (
     read_results,
     settings_mismatch,
 )
+from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.smoothing import CertificationSpec
 from rs_lightning.smoothing.sequential import look_schedule
 from rs_lightning.validation import ConfigError
@@ -42,7 +43,13 @@ def execute(plan: CertificationPlan) -> dict:
     when other parts are still to finish, how many inputs they miss (``{"merged": False, ...}``), or ``{}``
     in a DDP rank that leaves the merge to rank 0."""
     processes = plan.processes
-    Path(plan.out).mkdir(parents=True, exist_ok=True)
+    if not isinstance(processes, OneProcess | Ranks):
+        raise ValueError(f"plan.processes={processes!r}: pass OneProcess(device, part) or Ranks(trainer)")
+    plan.out.mkdir(parents=True, exist_ok=True)
+    if isinstance(processes, OneProcess):
+        plan.model.to(processes.device)  # in place: the plan's model is the one certified
+        if processes.device.type == "cpu":
+            tune_cpu_allocator()
     with _folder_lock(plan.out, processes):
         check_resume(plan.out, plan.record, plan.table_path)
         plan.record.write(plan.out)
@@ -54,13 +61,19 @@ def execute(plan: CertificationPlan) -> dict:
         else:
             certify_part(plan, processes.part, processes.device)
         missing = merge_parts(plan.table_path, plan.indices)
+    if missing and isinstance(processes, Ranks):  # every rank has finished: rows were lost, not pending
+        raise ResultFileError(
+            f"{plan.out}: after every rank finished, {len(missing)} of {len(plan.indices)} inputs have no "
+            f"row (idx {missing[:10]}); do the ranks share this output_dir (one filesystem on every node)? "
+            "Rerun to certify them"
+        )
     if missing:
-        part = processes.part if isinstance(processes, OneProcess) else None
-        mine = "" if part is None else f" part {part.index}/{part.count}:"
+        part = processes.part
         print(
-            f"{plan.spec.mode}{mine} {len(missing)} of the run's {len(plan.indices)} inputs are in other "
-            f"parts still to finish (the last part to finish merges them into {plan.table.name}, or run: "
-            f"python -m rs_lightning.cli.report merge {plan.out})"
+            f"{plan.spec.mode} part {part.index}/{part.count}: {len(part.inputs(plan.indices))} inputs done; "
+            f"{len(missing)} of the run's {len(plan.indices)} are in other parts still to finish (the last "
+            f"part to finish merges them into {plan.table.name}, or run: python -m rs_lightning.cli.report "
+            f"merge {plan.out})"
         )
         return {"merged": False, "missing": len(missing), "num_inputs": len(plan.indices)}
     return finish_run(plan.out, plan.record, plan.record.radius_step).to_dict()
@@ -78,13 +91,13 @@ def _folder_lock(out: Path, processes: OneProcess | Ranks):
     return FolderLock(out, shared=external, check_ranks=not external)
 
 
-def check_resume(out: Path, settings: RunRecord, table: Path) -> None:
+def check_resume(out: Path, settings: RunRecord, table_path: Path) -> None:
     """Refuse a folder whose rows were made under other statistical settings (named in the message): those
     in its ``settings.json`` or, when that is missing, what the rows already there record of them
     (:func:`_check_rows_match`)."""
     old = RunRecord.read(out)
     if old is None:
-        _check_rows_match(table, settings.spec, settings.dim)
+        _check_rows_match(table_path, settings.spec, settings.dim)
         return
     settings = RunRecord.from_dict(json.loads(json.dumps(settings.to_dict())))  # as stored: tuples are lists
     before = old.protocol() | {k: getattr(old, k) for k in IDENTITY_KEYS}
@@ -100,12 +113,12 @@ def check_resume(out: Path, settings: RunRecord, table: Path) -> None:
         )
 
 
-def _check_rows_match(table: Path, spec: CertificationSpec, dim: int | None) -> None:
+def _check_rows_match(table_path: Path, spec: CertificationSpec, dim: int | None) -> None:
     """Without ``settings.json``, the rows already in the folder must be what this run would write: their
     ``n``/``n0`` columns fit its n and n0, and the settings each row records implicitly agree with its own —
     ``alpha`` through ``pA_lower`` = the Clopper–Pearson bound of ``nA`` of ``n`` (PREDICT: through
     abstaining exactly where ``pvalue > alpha``), and sigma/norm through ``radius`` = scale·Φ⁻¹(pA_lower)."""
-    for path in part_tables(table):
+    for path in part_tables(table_path):
         if not path.stat().st_size:
             continue
         required = ("idx", "n") if spec.mode == "predict" else ("idx", "n", "n0")
@@ -125,17 +138,20 @@ def _check_rows_match(table: Path, spec: CertificationSpec, dim: int | None) -> 
             j = int(np.argmax(bad))
             found = f"n={int(rows['n'][j])}" + (f", n0={int(rows['n0'][j])}" if "n0" in rows else "")
             _refuse_rows(
-                table, path, f"rows with {found} (idx {int(rows['idx'][j])})", f"n={spec.n}, n0={spec.n0}"
+                table_path,
+                path,
+                f"rows with {found} (idx {int(rows['idx'][j])})",
+                f"n={spec.n}, n0={spec.n0}",
             )
         level = spec.alpha if spec.mode == "predict" else spec.bound_alpha
         mismatch = settings_mismatch(rows, spec.mode, level, spec.sigma, spec.norm, dim, spec.noise)
         if mismatch is not None:
-            _refuse_rows(table, path, *mismatch)
+            _refuse_rows(table_path, path, *mismatch)
 
 
-def _refuse_rows(table: Path, path: Path, found: str, now: str) -> None:
+def _refuse_rows(table_path: Path, path: Path, found: str, now: str) -> None:
     raise ConfigError(
-        "output_dir", str(table.parent), "a folder certified with the same settings",
+        "output_dir", str(table_path.parent), "a folder certified with the same settings",
         f"{path.name} holds {found} and no settings.json; this run has {now}. Choose another output_dir so "
         "no rows are mixed",
     )  # fmt: skip

@@ -14,13 +14,12 @@ from .plan import CertificationPlan, Part
 
 
 def certify_part(
-    plan: CertificationPlan, part: Part, device: torch.device, *, progress: str | None = "",
-    progress_scale: int = 1,
-) -> int:  # fmt: skip
+    plan: CertificationPlan, part: Part, device: torch.device, *, label: str | None = None,
+    show_progress: bool = True, progress_scale: int = 1,
+) -> None:  # fmt: skip
     """Certify (or PREDICT, as ``plan.spec.mode`` says) the inputs of ``part`` still missing from the run
-    folder; returns how many this call did. ``progress``: the progress bar's label (``""``: the mode and
-    the part, None: no bar); ``progress_scale``: what one input counts in it (the ranks of a DDP run, whose
-    rank 0 shows the whole run's progress)."""
+    folder. ``label``: the progress bar's (default: the mode and the part); ``progress_scale``: what one
+    input counts in it (the ranks of a DDP run, whose rank 0 shows the whole run's progress)."""
     table = plan.table
     path = plan.table_path
     mine = part.inputs(plan.indices)
@@ -29,14 +28,13 @@ def certify_part(
         todo = [i for i in mine if i not in done]
         bar = tqdm(
             total=len(mine) * progress_scale, initial=(len(mine) - len(todo)) * progress_scale, unit="input",
-            desc=progress or plan.spec.mode + (f" {part.index}/{part.count}" if part.own_file else ""),
-            disable=progress is None, dynamic_ncols=True, mininterval=1.0,
+            desc=label or plan.spec.mode + (f" {part.index}/{part.count}" if part.own_file else ""),
+            disable=not show_progress, dynamic_ncols=True, mininterval=1.0,
         )  # fmt: skip
         for result, labels, seconds in run_dataset(
             plan.model, plan.dataset, todo, plan.spec, num_classes=plan.num_classes, device=device
         ):
-            for row in table.rows(result, labels, seconds):
+            for row in table.make_rows(result, labels, seconds):
                 writer.write(row)
             bar.update(min(len(labels) * progress_scale, bar.total - bar.n))
         bar.close()
-    return len(todo)

@@ -11,7 +11,7 @@ by ``(seed, idx, phase)``), so any split gives the same merged table, except for
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,12 +63,13 @@ class Ranks:
     launcher: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CertificationPlan:
     """Everything a certification run needs, resolved and validated: the spec (sigma, norm, noise and
     precision resolved), the base classifier on its device, the dataset and the run's indices into it, the
     folder and the :class:`RunRecord` it keeps in ``settings.json`` (what a resume must match), and the
-    processes that certify it."""
+    processes that certify it (None only in the copy a DDP rank holds). The model must map [0,1] inputs to
+    logits; :func:`~rs_lightning.certification.execute` moves it to a :class:`OneProcess`'s device."""
 
     spec: CertificationSpec
     model: nn.Module
@@ -77,7 +78,17 @@ class CertificationPlan:
     indices: list[int]
     record: RunRecord
     out: Path
-    processes: OneProcess | Ranks | None = field(default=None, compare=False)
+    processes: OneProcess | Ranks | None
+
+    def __post_init__(self) -> None:
+        """Refuse a record that does not describe this run: ``settings.json`` is what resumes, merges and
+        reports trust, while the rows come from ``spec`` and ``indices``."""
+        object.__setattr__(self, "out", Path(self.out))
+        object.__setattr__(self, "indices", [int(i) for i in self.indices])
+        if self.record.spec != self.spec:
+            raise ValueError(f"record.spec {self.record.spec} differs from the plan's spec {self.spec}")
+        if self.record.subset is not None and self.record.indices() != self.indices:
+            raise ValueError(f"record.subset {self.record.subset} does not give the plan's indices")
 
     @property
     def table(self) -> ResultTable:

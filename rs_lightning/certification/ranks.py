@@ -25,10 +25,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import lightning.pytorch as pl
-from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from rs_lightning.analysis.results import hold_rank_lock
@@ -87,9 +85,6 @@ def _watch_parent(launcher: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-TRAINING_ONLY = ("_target_", "max_epochs", "check_val_every_n_epoch", "log_every_n_steps", "default_root_dir")
-
-
 class RankCertification(pl.LightningModule):
     """Certifies this rank's part of ``plan`` in one ``predict_step``. The part depends on the position in
     the plan's indices only, so ranks starting at different times (each reading the part files, which other
@@ -99,7 +94,7 @@ class RankCertification(pl.LightningModule):
     def __init__(self, plan: CertificationPlan, launcher: int) -> None:
         super().__init__()
         self.launcher, self._rank_lock = launcher, None
-        self.model = plan.model  # a submodule: Lightning moves it to the rank's device
+        self.model = plan.model  # a submodule: Lightning moves it (and so the plan's) to the rank's device
         self.plan = dataclasses.replace(plan, processes=None)  # what to certify; the Trainer stays behind
 
     def setup(self, stage: str) -> None:
@@ -116,9 +111,8 @@ class RankCertification(pl.LightningModule):
     def predict_step(self, position: tuple[int, int], batch_idx: int) -> None:
         part = Part(*position, own_file=True)
         certify_part(
-            dataclasses.replace(self.plan, model=self.model), part, self.device,
-            progress=f"{self.plan.spec.mode} (rank 0 x {part.count} ranks)" if part.index == 0 else None,
-            progress_scale=part.count,
+            self.plan, part, self.device, label=f"{self.plan.spec.mode} (rank 0 x {part.count} ranks)",
+            show_progress=part.index == 0, progress_scale=part.count,
         )  # fmt: skip
 
     def teardown(self, stage: str) -> None:
@@ -128,17 +122,6 @@ class RankCertification(pl.LightningModule):
 
     def __getstate__(self) -> dict:  # spawned ranks get a copy without the launcher's open lock file
         return {**super().__getstate__(), "_rank_lock": None}
-
-
-def certification_trainer(cfg_trainer: DictConfig) -> pl.Trainer:
-    """A Lightning Trainer from a ``trainer=`` config, without its training-only keys or any logging."""
-    kwargs: dict[str, Any] = OmegaConf.to_container(cfg_trainer, resolve=False)  # type: ignore[assignment]
-    kwargs = {k: v for k, v in kwargs.items() if k not in TRAINING_ONLY}
-    kwargs.update(
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        use_distributed_sampler=False, precision="32-true",
-    )  # fmt: skip
-    return pl.Trainer(**kwargs)
 
 
 def certify_on_ranks(plan: CertificationPlan, ranks: Ranks) -> bool:

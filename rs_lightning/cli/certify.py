@@ -15,16 +15,18 @@ import hashlib
 import math
 import platform
 from pathlib import Path
+from typing import Any
 
+import lightning.pytorch as pl
 import numpy as np
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from rs_lightning.analysis.results import RunRecord
 from rs_lightning.certification import CertificationPlan, OneProcess, Part, Ranks, execute
-from rs_lightning.certification.ranks import certification_trainer, die_with_launcher, launcher_of_this_rank
+from rs_lightning.certification.ranks import die_with_launcher, launcher_of_this_rank
 from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.data.subset import parse_shard, subset_indices
 from rs_lightning.models.checkpoint import CheckpointMeta, load_classifier
@@ -233,6 +235,20 @@ def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
     return spec
 
 
+TRAINING_ONLY = ("_target_", "max_epochs", "check_val_every_n_epoch", "log_every_n_steps", "default_root_dir")
+
+
+def certification_trainer(cfg_trainer: DictConfig) -> pl.Trainer:
+    """A Lightning Trainer from a ``trainer=`` config, without its training-only keys or any logging."""
+    kwargs: dict[str, Any] = OmegaConf.to_container(cfg_trainer, resolve=False)  # type: ignore[assignment]
+    kwargs = {k: v for k, v in kwargs.items() if k not in TRAINING_ONLY}
+    kwargs.update(
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        use_distributed_sampler=False, precision="32-true",
+    )  # fmt: skip
+    return pl.Trainer(**kwargs)
+
+
 def tf32_settings(device: torch.device) -> dict | None:
     """On CUDA, whether "fp32" convolutions/matmuls may run as TF32 (PyTorch's defaults: cuDNN yes, matmul
     no), which is part of what the certified base classifier is; None elsewhere."""
@@ -260,6 +276,26 @@ def device_names(device: torch.device, world_size: int = 1) -> list[str]:
     return [f"cpu: {name}"] * world_size
 
 
+def processes_of(cfg: DictConfig) -> OneProcess | Ranks:
+    """Who certifies: DDP ranks with ``trainer=`` (a rank that Lightning started by running certify.py
+    again first arms its death with the launcher), else this process on ``device=``, the whole run or
+    part i of k with ``shard=i/k``."""
+    if cfg.get("trainer") is None:
+        shard = parse_shard(cfg.get("shard"))
+        part = Part() if shard is None else Part(*shard, own_file=True)
+        return OneProcess(resolve_device(cfg.device), part)
+    launcher = launcher_of_this_rank()  # set in a rank that runs certify.py again
+    if launcher is not None:
+        die_with_launcher(launcher)
+    for key in ("precision", "channels_last"):
+        if str(cfg.get(key)).lower() == AUTO:
+            raise ConfigError(key, AUTO, "chosen explicitly with trainer=", "auto times on one device only")
+    if cfg.get("shard") is not None:
+        raise ConfigError("shard", cfg.shard, "null with trainer=", "the ranks split the inputs themselves")
+    check_trainer_config(cfg.trainer)
+    return Ranks(certification_trainer(cfg.trainer), launcher)
+
+
 def certify(cfg: DictConfig) -> dict:
     """Certify (or, with ``mode=predict``, PREDICT) ``cfg.checkpoint``; returns the summary dict (also
     written to ``summary.json``)."""
@@ -272,31 +308,12 @@ def plan_run(cfg: DictConfig) -> CertificationPlan:
     processes that certify it."""
     spec = validate_certify_config(cfg)
     out = require_writable_dir(cfg.output_dir, "output_dir")
-    distributed = cfg.get("trainer") is not None
-    launcher = launcher_of_this_rank() if distributed else None  # set in a rank that runs certify.py again
-    if launcher is not None:
-        die_with_launcher(launcher)
-    if distributed:
-        for key in ("precision", "channels_last"):
-            if str(cfg.get(key)).lower() == AUTO:
-                raise ConfigError(
-                    key, AUTO, "chosen explicitly with trainer=", "auto times on one device only"
-                )
-        if cfg.get("shard") is not None:
-            raise ConfigError(
-                "shard", cfg.shard, "null with trainer=", "the ranks split the inputs themselves"
-            )
-        check_trainer_config(cfg.trainer)
-        trainer = certification_trainer(cfg.trainer)  # ranks and devices
-        processes = Ranks(trainer, launcher)
+    processes = processes_of(cfg)
+    if isinstance(processes, Ranks):
         device = torch.device("cpu")  # the model moves to the ranks' devices later
-        record_device, world_size = trainer.strategy.root_device, trainer.world_size
+        record_device, world_size = processes.trainer.strategy.root_device, processes.trainer.world_size
     else:
-        device = resolve_device(cfg.device)
-        shard = parse_shard(cfg.get("shard"))
-        part = Part() if shard is None else Part(*shard, own_file=True)
-        processes = OneProcess(device, part)
-        record_device, world_size = device, 1
+        device, record_device, world_size = processes.device, processes.device, 1
     check_precision_supported(spec.precision, device)
     if device.type == "cpu":
         tune_cpu_allocator()

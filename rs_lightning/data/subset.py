@@ -39,11 +39,3 @@ def parse_shard(value) -> tuple[int, int] | None:
         if k >= 1 and 0 <= i < k:
             return i, k
     raise ConfigError("shard", value, "i/k with integers 0 <= i < k, e.g. shard=0/4 (null: no sharding)")
-
-
-def shard_of(indices: list[int], shard: tuple[int, int] | None) -> list[int]:
-    """The i-th of k interleaved parts of ``indices`` (every index in exactly one part)."""
-    if shard is None:
-        return list(indices)
-    i, k = shard
-    return list(indices[i::k])

@@ -3,6 +3,10 @@ only in the :class:`Part` each certifies (issue 26 item 2). These tests build pl
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -67,3 +71,28 @@ def test_the_mode_chooses_the_table(tmp_path):
         result_table("predict").columns
     )
     assert result_table(None) is result_table("certify")
+
+
+def test_a_record_that_does_not_describe_the_plan_is_refused(tmp_path):
+    """settings.json is what a resume, a merge and the report trust; rows come from the plan's spec and
+    indices. Catches a Python-API plan whose record says n=200 while its rows are drawn with n=400."""
+    plan = _plan(tmp_path)
+    with pytest.raises(ValueError, match="record.spec"):
+        dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, n=400))
+    with pytest.raises(ValueError, match="record.subset"):
+        dataclasses.replace(plan, indices=INDICES[:-1])
+    with pytest.raises(ValueError, match="processes"):
+        execute(dataclasses.replace(plan, processes=None))
+    assert not (tmp_path / "settings.json").exists()
+
+
+def test_the_certification_package_reads_no_config():
+    """The plan is executed without reaching back to the CLI: rs_lightning.certification imports neither
+    rs_lightning.cli nor Hydra/OmegaConf (checked in a fresh interpreter)."""
+    code = (
+        "import sys, rs_lightning.certification, rs_lightning.certification.ranks\n"
+        "bad = [m for m in sys.modules if m.startswith(('rs_lightning.cli', 'hydra', 'omegaconf'))]\n"
+        "assert not bad, bad\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
