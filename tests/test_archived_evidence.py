@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import filecmp
 
+import numpy as np
 import pytest
 from rs_testing import REPO, run_script
+
+from rs_lightning.analysis.results import read_results
 
 RESULTS = REPO / "docs" / "results"
 STRUCTURED = RESULTS / "mnist_structured"
@@ -78,3 +81,22 @@ def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path, name):
         paired = run_script("-m rs_lightning.cli.report paired", *pair, timeout=600)
         assert paired.returncode == 0, paired.stderr[-2000:]
         assert paired.stdout == (folder / file).read_text(), f"{name}/{file} rebuilt differently"
+
+
+def test_the_noise_envelope_in_the_docs_is_the_rows():
+    """docs/results.md's envelope over sigma (best of each noise's sigma 0.5 and 1.0 models per radius)
+    recomputed from the archived rows: catches a cell copied from the wrong sigma, noise or radius."""
+    radii = [0, 0.5, 1, 1.5, 2, 2.5, 3]
+    text = (REPO / "docs" / "results.md").read_text()
+    for noise, label in (("gaussian", "Gaussian"), ("laplace", "Laplace"), ("uniform", "uniform")):
+        best = {}
+        for sigma in ("0.5", "1.0"):
+            tag = "050" if sigma == "0.5" else "100"
+            rows = read_results(RESULTS / "noises" / f"mnist_sigma{tag}" / "runs" / noise / "certify.tsv")
+            for r in radii:
+                value = 100 * float(np.mean((rows["correct"] == 1) & (rows["radius"] >= r)))
+                if r not in best or value > best[r][0]:
+                    best[r] = (value, sigma)
+        row = " | ".join(f"{best[r][0]:.1f} ({best[r][1]})" for r in radii)
+        line = next(x for x in text.splitlines() if x.startswith(f"| {label} | ") and "(0.5)" in x)
+        assert line.replace("**", "") == f"| {label} | {row} |"
