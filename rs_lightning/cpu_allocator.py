@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
 
+@functools.cache  # a process-wide setting: certify.py's plan and execute() both ask for it
 def tune_cpu_allocator() -> bool:
     """Keep freed activation buffers in glibc's heap instead of returning them to the OS.
 

@@ -76,7 +76,7 @@ def execute(plan: CertificationPlan) -> dict:
             f"merge {plan.out})"
         )
         return {"merged": False, "missing": len(missing), "num_inputs": len(plan.indices)}
-    return finish_run(plan.out, plan.record, plan.record.radius_step).to_dict()
+    return finish_run(plan.out, plan.record).to_dict()
 
 
 def _folder_lock(out: Path, processes: OneProcess | Ranks):

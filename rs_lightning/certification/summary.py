@@ -61,7 +61,9 @@ def throughput(rows: dict) -> dict:
 
 
 def finish_run(out: Path, settings: RunRecord, radius_step: float | None = None) -> RunSummary:
-    """``summary.json`` and the plots of a complete run folder, from its table and ``settings.json``."""
+    """``summary.json`` and the plots of a complete run folder, from its table and ``settings.json``;
+    certified accuracy on the run's own grid unless ``radius_step`` is given."""
+    radius_step = settings.radius_step if radius_step is None else radius_step
     spec = settings.spec
     sigma = spec.sigma
     certifying = spec.mode == "certify"
@@ -117,4 +119,4 @@ def merge_run(out: str | Path, radius_step: float | None = None) -> dict:
             f"{out}: {len(missing)} of {len(indices)} inputs are in no part yet (idx {missing[:10]}"
             f"{' …' if len(missing) > 10 else ''}); certify the missing parts (shard=i/k) first"
         )
-    return finish_run(out, settings, radius_step or settings.radius_step).to_dict()
+    return finish_run(out, settings, radius_step).to_dict()
