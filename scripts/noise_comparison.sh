@@ -51,9 +51,9 @@ if [ "$STAGE" = all ] || [ "$STAGE" = train ]; then for noise in $NOISES; do tra
 if [ "$STAGE" = all ] || [ "$STAGE" = certify ]; then for noise in $NOISES; do certify "$noise"; done; fi
 if [ "$STAGE" = all ] || [ "$STAGE" = report ]; then
   # from the archived rows (tests/test_archived_evidence.py rebuilds the report from them); the noises differ
-  # on purpose: --allow-mismatch lets the report compare them (same inputs, same L1 ball)
+  # on purpose: --compare-noises lets the report compare them (same inputs and protocol, same L1 ball)
   for noise in $NOISES; do archive_run "$OUT/certify/$noise" "$REPORT/runs/$noise"; done
-  $PY -m rs_lightning.cli.report "$REPORT"/runs/{gaussian,laplace,uniform} --allow-mismatch --overwrite \
+  $PY -m rs_lightning.cli.report "$REPORT"/runs/{gaussian,laplace,uniform} --compare-noises --overwrite \
     --out "$REPORT"
   $PY -m rs_lightning.cli.report paired "$REPORT"/runs/{uniform,gaussian,laplace} --radii ${RADII:-0 0.5 1 1.5 2} \
     > "$REPORT/paired_differences.txt"

@@ -65,7 +65,7 @@ def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path, name):
     """scripts/noise_comparison.sh's report: Gaussian, Laplace and uniform training noise, L1 radii."""
     folder = RESULTS / "noises" / name
     runs = [str((folder / "runs" / noise).relative_to(REPO)) for noise in ("gaussian", "laplace", "uniform")]
-    args = [*runs, "--allow-mismatch", "--out", str(tmp_path)]
+    args = [*runs, "--compare-noises", "--out", str(tmp_path)]
     done = run_script("-m rs_lightning.cli.report", *args, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     names = ["report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv"]

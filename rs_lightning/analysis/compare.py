@@ -340,18 +340,31 @@ def unverified_keys(runs: list[Run]) -> list[str]:
     return [k for k in PROTOCOL_KEYS if all(r.protocol()[k] is None for r in runs)]
 
 
-def check_protocol(runs: list[Run], allow_mismatch: bool = False) -> dict[str, dict[str, str]]:
-    """Return :func:`protocol_differences`; raise :class:`ProtocolMismatchError` on any unless allowed."""
+NOISE_KEY = "noise"
+"""The one protocol key ``--compare-noises`` lets differ: runs smoothed with different noises but certified in
+the same ball on the same inputs compare as certificates of that ball (Yang et al., ICML 2020, Section 5)."""
+
+
+def check_protocol(
+    runs: list[Run], allow_mismatch: bool = False, compare_noises: bool = False
+) -> dict[str, dict[str, str]]:
+    """Return :func:`protocol_differences`; raise :class:`ProtocolMismatchError` on any unless allowed
+    (``allow_mismatch``: all of them; ``compare_noises``: a different noise, everything else the same)."""
     differences = protocol_differences(runs)
-    if differences and not allow_mismatch:
+    refused = {k: v for k, v in differences.items() if not (compare_noises and k == NOISE_KEY)}
+    if refused and not allow_mismatch:
         detail = "; ".join(
             f"{key}: " + ", ".join(f"{label}: {value}" for label, value in values.items())
-            for key, values in differences.items()
+            for key, values in refused.items()
+        )
+        way_out = (
+            "pass --compare-noises to compare them (they differ in their noise only)"
+            if set(refused) == {NOISE_KEY}
+            else "pass --allow-mismatch to report them anyway (marked)"
         )
         raise ProtocolMismatchError(
             f"the runs were certified under different protocols ({detail}); compare runs with the same "
-            "inputs, n, n0, alpha, seed, split, precision and sampling, or pass --allow-mismatch to report "
-            "them anyway (marked)"
+            f"inputs, n, n0, alpha, seed, split, precision, sampling, noise and norm, or {way_out}"
         )
     return differences
 

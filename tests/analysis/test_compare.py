@@ -18,7 +18,7 @@ from rs_lightning.analysis.compare import (
     load_runs,
 )
 from rs_lightning.analysis.results import RunRecord
-from rs_lightning.smoothing.certificate import radius_from_pa
+from rs_lightning.smoothing import certificate
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 COHEN_TSV = (
@@ -30,8 +30,11 @@ COHEN_TSV = (
 )
 
 
-def write_run(folder, n_a, *, n=1000, sigma=0.25, alpha=0.001, seed=0, n0=100, idx=None, wrong=()):
-    """A run folder as certify.py writes it; ``wrong``: positions whose selected class is not the label."""
+def write_run(
+    folder, n_a, *, n=1000, sigma=0.25, alpha=0.001, seed=0, n0=100, idx=None, wrong=(), noise=None, norm=None
+):
+    """A run folder as certify.py writes it; ``wrong``: positions whose selected class is not the label;
+    ``noise``/``norm`` (recorded when given): the certificate of the radii (default Gaussian, L2)."""
     n_a = np.asarray(n_a)
     idx = np.arange(n_a.size) if idx is None else np.asarray(idx)
     lower = clopper_pearson_lower(n_a, n, alpha)
@@ -45,7 +48,7 @@ def write_run(folder, n_a, *, n=1000, sigma=0.25, alpha=0.001, seed=0, n0=100, i
                     "idx": i,
                     "label": label,
                     "predict": predict,
-                    "radius": radius_from_pa(lower[j], sigma),
+                    "radius": certificate.of(noise, norm).radius(lower[j], sigma),
                     "correct": int(predict == label),
                     "time": 0.01,
                     "nA": n_a[j],
@@ -58,6 +61,7 @@ def write_run(folder, n_a, *, n=1000, sigma=0.25, alpha=0.001, seed=0, n0=100, i
                 }
             )
     settings = {"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "seed": seed, "split": "test"}
+    settings |= {k: v for k, v in (("noise", noise), ("norm", norm)) if v is not None}
     (folder / "settings.json").write_text(json.dumps(settings))
     return folder
 
@@ -202,3 +206,24 @@ def test_constant_reference_is_the_majority_class_with_its_share_and_closed_form
     assert reference([4, 9, 9, 0, 9]) == (9, 0.6)
     constant = {"_target_": "rs_lightning.models.constant.ConstantClassifier", "label": 4}
     assert reference([4, 9, 9, 0, 9], constant) == (4, 0.2)  # its own label, not the majority
+
+
+def test_compare_noises_lets_the_noise_differ_and_nothing_else(tmp_path):
+    """--compare-noises (Yang et al. 2020 compare noises in one ball): a different noise passes, any other
+    difference is still refused (the bug: a flag as broad as --allow-mismatch), and a noise-only difference
+    without the flag names --compare-noises."""
+    gaussian = write_run(tmp_path / "g", np.full(10, 990), norm="l1")
+    laplace = write_run(tmp_path / "l", np.full(10, 990), noise="laplace", norm="l1")
+    runs = load_runs([gaussian, laplace])
+    assign_labels(runs)
+    with pytest.raises(ProtocolMismatchError, match=r"noise: .*laplace.*--compare-noises") as err:
+        check_protocol(runs)
+    assert "--allow-mismatch" not in str(err.value)
+    assert set(check_protocol(runs, compare_noises=True)) == {"noise"}
+    other_n = write_run(tmp_path / "n", np.full(10, 990), n=2000, noise="laplace", norm="l1")
+    runs = load_runs([gaussian, other_n])
+    assign_labels(runs)
+    with pytest.raises(ProtocolMismatchError, match=r"\bn: .*--allow-mismatch") as err:
+        check_protocol(runs, compare_noises=True)
+    message = str(err.value)  # only what the flag does not cover is named
+    assert "(n: " in message and "(noise: " not in message and "; noise: " not in message

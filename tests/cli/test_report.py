@@ -15,6 +15,7 @@ from rs_lightning.analysis import read_results
 from rs_lightning.analysis.budget import class_shares, constant_classifier_acr
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.report import main
+from rs_lightning.cli.report.compare import report
 from rs_lightning.cli.report.loading import load
 from rs_lightning.validation import ConfigError
 
@@ -142,7 +143,11 @@ def test_report_writes_its_files_and_refuses_to_overwrite(constant_runs, tmp_pat
     before = (out / "report.md").stat().st_mtime_ns
     assert main([*runs, "--out", str(out)]) == 2
     assert "already exists" in capsys.readouterr().err and (out / "report.md").stat().st_mtime_ns == before
+    stale = out / "certified_accuracy_sigma9.png"  # a σ the new report lacks
+    kept = out / "notes.txt"  # not a report file
+    stale.write_bytes(b"old"), kept.write_text("mine")
     assert main([*runs, "--out", str(out), "--overwrite"]) == 0
+    assert not stale.exists() and kept.read_text() == "mine"
 
 
 @pytest.mark.parametrize(
@@ -347,3 +352,16 @@ def test_paired_refuses_runs_on_other_inputs_and_bad_values(tmp_path, capsys):
     assert "certified on the same inputs" in capsys.readouterr().err
     assert main(["paired", str(a), str(a), "--beta", "2"]) == 2
     assert main(["paired", str(a), str(a), "--radii", "-1"]) == 2
+
+
+def test_compare_noises_reports_runs_that_differ_in_their_noise_only(tmp_path):
+    """The archived MNIST sigma = 0.5 Gaussian and Laplace runs (L1 radii, same inputs and protocol):
+    compared without the mismatch banner or a ``protocol`` column, with the note that their p_A are
+    probabilities under different noises."""
+    folder = REPO / "docs/results/noises/mnist_sigma050/runs"
+    runs = [str(folder / noise) for noise in ("gaussian", "laplace")]
+    result = report(runs, str(tmp_path / "out"), compare_noises=True, resamples=100)
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "PROTOCOL MISMATCH" not in text and "differ in their smoothing noise on purpose" in text
+    assert "**noise differs**" in text and "protocol" not in result["table"][0]
+    assert [p["covers"] for p in result["verdicts"]] and not any(p.get("skipped") for p in result["verdicts"])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rs_lightning.analysis.budget import EXTRAPOLATION_WARNING, constant_classifier_budget
 from rs_lightning.analysis.compare import (
+    NOISE_KEY,
     Run,
     check_protocol,
     comparison_table,
@@ -61,12 +62,28 @@ def _norm(run: Run) -> str:
     return noise + f"{run.norm} (d={run.dim}" + (f", from {source})" if source else ")")
 
 
-def _protocol_section(runs: list[Run], differences: dict, notes: list[str]) -> list[str]:
+def _mismatch(differences: dict, compare_noises: bool) -> dict:
+    """The differences that make the runs incomparable (all but the noise with ``--compare-noises``)."""
+    return {k: v for k, v in differences.items() if not (compare_noises and k == NOISE_KEY)}
+
+
+def _protocol_section(
+    runs: list[Run], differences: dict, notes: list[str], compare_noises: bool = False
+) -> list[str]:
     out = []
-    if differences:
+    if mismatch := _mismatch(differences, compare_noises):
         out += [
             "> **⚠ PROTOCOL MISMATCH (--allow-mismatch): these runs were certified under different protocols "
-            f"({', '.join(differences)}); their numbers are not comparable. See the `protocol` column.**",
+            f"({', '.join(mismatch)}); their numbers are not comparable. See the `protocol` column.**",
+            "",
+        ]
+    if compare_noises and NOISE_KEY in differences:
+        out += [
+            "> These runs differ in their smoothing noise on purpose (`--compare-noises`); the rest of the "
+            "protocol is the same and every radius is in one ball, so certified accuracy and ACR compare the "
+            "certificates (Yang et al., ICML 2020). Their p_A are probabilities under different noises: the "
+            "p_A curves and their verdicts say how often each smoothed classifier votes for the true label, "
+            "not what it certifies.",
             "",
         ]
     columns = ["run", "σ", "n", "n0", "α", "seed", "split", "precision", "sampling", "norm", "inputs"]
@@ -233,10 +250,12 @@ def ecdf_png(sigma: float | None) -> str:
     return "pa_ecdf_sigma_unknown.png" if sigma is None else f"pa_ecdf_sigma{sigma:g}.png"
 
 
-def render_report(runs, differences, table, pairs, budget_rows, budgets, notes, verdicts, beta, radii) -> str:
+def render_report(
+    runs, differences, table, pairs, budget_rows, budgets, notes, verdicts, beta, radii, compare_noises=False
+) -> str:
     """The text of ``report.md``."""
     headers = [k for k in table[0] if k not in ("path", "method", "sigma", "n", "n0", "alpha", "inputs")]
-    out = ["# Certification report", "", *_protocol_section(runs, differences, notes)]
+    out = ["# Certification report", "", *_protocol_section(runs, differences, notes, compare_noises)]
     out += ["", "## Certified accuracy and ACR (Table-2 style)", ""]
     out += [md_table(headers, [[row[k] for k in headers] for row in table]), ""]
     norms = sorted({r.certificate.label for r in runs})
@@ -273,6 +292,7 @@ def report(
     radii: Sequence[float] | None = None,
     budgets: Sequence[int] | None = None,
     allow_mismatch: bool = False,
+    compare_noises: bool = False,
     overwrite: bool = False,
     sigma: float | None = None,
     use_wandb: bool = False,
@@ -284,13 +304,15 @@ def report(
     """Write the comparison report of the runs under ``paths`` into ``out``; returns its parts. ``norm``
     states every run's radii in that ball (None: as certified; see :meth:`Run.in_norm`, ``dim`` for runs
     that record no input dimension); ``beta`` is the error probability of every band and of the report's
-    family of verdicts together (:mod:`rs_lightning.analysis.verdicts`)."""
+    family of verdicts together (:mod:`rs_lightning.analysis.verdicts`). ``allow_mismatch`` reports runs
+    certified under different protocols (marked); ``compare_noises`` only runs that differ in their noise."""
     beta = check_beta(beta)
     runs = [run.in_norm(norm, dim) for run in load(paths, sigma)]
-    differences = check_protocol(runs, allow_mismatch)
+    differences = check_protocol(runs, allow_mismatch, compare_noises)
     folder = prepare_out(out, overwrite)
     radii = list(radii) if radii else default_radii(runs)
-    table = comparison_table(runs, radii, reference=runs[0] if differences else None)
+    reference = runs[0] if _mismatch(differences, compare_noises) else None
+    table = comparison_table(runs, radii, reference=reference)
     uncertainty = {run.label: run_uncertainty(run, radii, beta) for run in runs}
     for row in table:
         u = uncertainty[row["label"]]
@@ -330,7 +352,9 @@ def report(
     if supported:
         write_csv(folder / "budget.csv", budget_rows)
         figures.append(budget_plot(supported, chosen, folder / "budget_acr.png"))
-    text = render_report(runs, differences, table, pairs, budget_rows, chosen, notes, verdicts, beta, radii)
+    text = render_report(
+        runs, differences, table, pairs, budget_rows, chosen, notes, verdicts, beta, radii, compare_noises
+    )
     (folder / "report.md").write_text(text)
     if use_wandb:
         log_to_wandb(folder, table, figures)
@@ -387,6 +411,10 @@ def compare_command(argv: Sequence[str]) -> int:
     add_run_arguments(parser)
     parser.add_argument("--radii", nargs="+", type=float, help="radii of the certified-accuracy columns")
     parser.add_argument("--allow-mismatch", action="store_true", help="report runs with different protocols")
+    parser.add_argument(
+        "--compare-noises", action="store_true",
+        help="compare runs smoothed with different noises (the rest of the protocol, norm included, equal)",
+    )  # fmt: skip
     parser.add_argument("--wandb", action="store_true", help="also log the table and plots to W&B (offline)")
     parser.add_argument(
         "--norm", choices=NORMS,
@@ -409,6 +437,7 @@ def compare_command(argv: Sequence[str]) -> int:
             args.runs,
             radii=args.radii,
             allow_mismatch=args.allow_mismatch,
+            compare_noises=args.compare_noises,
             use_wandb=args.wandb,
             norm=args.norm,
             dim=args.dim,
