@@ -27,7 +27,8 @@ train_run() {  # train_run DIR OVERRIDES...: train.py "OVERRIDES" into DIR, then
   [ "${DRY_RUN:-0}" = 1 ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/train.done"
 }
 
-certify_run() {  # certify_run TRAIN_DIR OUT_DIR OVERRIDES...: certify.py on TRAIN_DIR's last.ckpt into OUT_DIR
+certify_run() {  # certify_run TRAIN_DIR OUT_DIR OVERRIDES...: certify.py on TRAIN_DIR's last.ckpt (CHECKPOINT=
+  # another file name in TRAIN_DIR/checkpoints, e.g. epoch089.ckpt: the same weights) into OUT_DIR
   local train=$1 dir=$2
   shift 2
   if [ ! -f "$train/train.done" ] && [ "${DRY_RUN:-0}" != 1 ]; then
@@ -38,7 +39,8 @@ certify_run() {  # certify_run TRAIN_DIR OUT_DIR OVERRIDES...: certify.py on TRA
     echo "# certification in $dir is finished ($dir/summary.json): skipped"
     return 0
   fi
-  run_step "$PY" certify.py "checkpoint=$train/checkpoints/last.ckpt" "$@" "output_dir=$dir" "hydra.run.dir=$dir"
+  run_step "$PY" certify.py "checkpoint=$train/checkpoints/${CHECKPOINT:-last.ckpt}" "$@" "output_dir=$dir" \
+    "hydra.run.dir=$dir"
 }
 
 train() {  # train NAME OVERRIDES...: train_run into $OUT/train/NAME, one thread, seed 0, CSV log

@@ -30,7 +30,19 @@ if "output_dir" in options:  # certify.py: the files certify() copies
     for name in ("certify.tsv", "settings.json", "summary.json"):
         (folder / name).write_text("")
 """
-ENV = ("ONLY", "SIGMAS", "STAGE", "RUNS", "JOBS", "EXTRA", "DRY_RUN", "TRAIN_STATUS")
+ENV = (
+    "ONLY",
+    "SIGMAS",
+    "STAGE",
+    "RUNS",
+    "JOBS",
+    "EXTRA",
+    "DRY_RUN",
+    "TRAIN_STATUS",
+    "BUDGETS",
+    "SKIP",
+    "CHECKPOINT",
+)
 
 
 def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.CompletedProcess, list]:
@@ -164,3 +176,35 @@ def test_dry_run_prints_commands_and_runs_nothing(tmp_path):
     assert lines[0].endswith(f"train.py a=b\\ c hydra.run.dir={out}/t ckpt_path=last")
     assert lines[1].endswith(f"certify.py checkpoint={out}/t/checkpoints/last.ckpt output_dir={out}/c "
                              f"hydra.run.dir={out}/c")  # fmt: skip
+
+
+def test_the_reproduction_report_is_built_from_archived_rows_at_sigma_one(tmp_path):
+    """scripts/mnist_reproduction.sh STAGE=report for the sigma = 1.0 pair (issue 24). Catches: the published
+    comparison's `--sigma 0.${s#0}`, which read the runs' "100" as sigma = 0.100; reports built from rows
+    outside the repository (they could not be rebuilt)."""
+    runs = ("cohen_mnist_sigma100", "consistency_mnist_sigma100")
+    for exp in runs:
+        folder = tmp_path / "out" / exp / "certify_n100000"
+        folder.mkdir(parents=True)
+        for name in ("certify.tsv", "settings.json", "summary.json"):
+            (folder / name).write_text(exp)
+    env = {"STAGE": "report", "RUNS": " ".join(runs), "SIGMAS": "100", "BUDGETS": "100000"}
+    result, calls = run_script(tmp_path, "mnist_reproduction.sh", **env)
+    assert result.returncode == 0, result.stderr
+    folder = tmp_path / "reports" / "sigma100_n100000"
+    archived = [str(folder / "runs" / method) for method in ("cohen", "consistency")]
+    assert [(folder / "runs" / m / "certify.tsv").read_text() for m in ("cohen", "consistency")] == list(runs)
+    assert calls[0][:4] == ["-m", "rs_lightning.cli.report", *archived] and str(folder) in calls[0]
+    published = [call for call in calls if call[2] == "published"]
+    assert [call[3] for call in published] == archived
+    assert all(call[call.index("--sigma") + 1] == "1.0" for call in published)
+
+
+def test_certify_run_takes_another_checkpoint_file_of_the_run(tmp_path):
+    out = tmp_path / "out"
+    (out / "a").mkdir(parents=True)
+    (out / "a" / "train.done").write_text("")
+    result, calls = run_helpers(tmp_path, f"certify_run {out}/a {out}/c n=10", CHECKPOINT="epoch089.ckpt")
+    assert result.returncode == 0, result.stderr
+    assert calls == [["certify.py", f"checkpoint={out}/a/checkpoints/epoch089.ckpt", "n=10",
+                      f"output_dir={out}/c", f"hydra.run.dir={out}/c"]]  # fmt: skip
