@@ -321,13 +321,21 @@ def _show(key: str, value) -> str:
     return str(value)
 
 
+RECORDED_LATER = ("dataset", "inputs_sha256")
+"""Protocol keys whose None means "not recorded" (runs certified before rs-lightning recorded them), not a
+value: such a run is compared on the other keys, and the key is not verified for it
+(:func:`unverified_keys`). For every other key None is a setting of its own (e.g. no ``noise_block``)."""
+
+
 def protocol_differences(runs: list[Run]) -> dict[str, dict[str, str]]:
-    """``{key: {label: value}}`` for every protocol key whose value is not the same in all runs."""
+    """``{key: {label: value}}`` for every protocol key whose value is not the same in all runs (for the keys
+    of :data:`RECORDED_LATER`: in all runs that record it)."""
     protocols = [r.protocol() for r in runs]
     out = {}
     for key in PROTOCOL_KEYS:
         values = [p[key] for p in protocols]
-        if any(v != values[0] for v in values[1:]):
+        known = [v for v in values if v is not None] if key in RECORDED_LATER else values
+        if any(v != known[0] for v in known[1:]):
             out[key] = {r.label: _show(key, v) for r, v in zip(runs, values, strict=True)}
     if "subset" in out:
         common = frozenset.intersection(*[p["subset"] for p in protocols])
@@ -338,6 +346,17 @@ def protocol_differences(runs: list[Run]) -> dict[str, dict[str, str]]:
 def unverified_keys(runs: list[Run]) -> list[str]:
     """Protocol keys unknown in every run (old TSVs record no α, seed, ...): equal, but not verified."""
     return [k for k in PROTOCOL_KEYS if all(r.protocol()[k] is None for r in runs)]
+
+
+def partly_unverified(runs: list[Run]) -> dict[str, list[str]]:
+    """``{key: labels}``: keys of :data:`RECORDED_LATER` that some runs record and the labelled ones do not,
+    so they are not verified for those."""
+    out = {}
+    for key in RECORDED_LATER:
+        missing = [r.label for r in runs if r.protocol()[key] is None]
+        if missing and len(missing) < len(runs):
+            out[key] = missing
+    return out
 
 
 NOISE_KEY = "noise"

@@ -16,6 +16,7 @@ from rs_lightning.analysis.compare import (
     find_run_paths,
     load_run,
     load_runs,
+    partly_unverified,
 )
 from rs_lightning.analysis.results import RunRecord
 from rs_lightning.smoothing import certificate
@@ -227,3 +228,31 @@ def test_compare_noises_lets_the_noise_differ_and_nothing_else(tmp_path):
         check_protocol(runs, compare_noises=True)
     message = str(err.value)  # only what the flag does not cover is named
     assert "(n: " in message and "(noise: " not in message and "; noise: " not in message
+
+
+def _record(folder, **values):
+    settings = json.loads((folder / "settings.json").read_text())
+    (folder / "settings.json").write_text(json.dumps(settings | values))
+    return folder
+
+
+def test_a_key_recorded_later_is_compared_where_recorded_and_said_unverified_elsewhere(tmp_path):
+    """inputs_sha256 (and the dataset) were recorded from some version on: a run certified before is compared
+    with newer ones on the rest of the protocol (the bug this catches the other way: two runs whose recorded
+    hashes differ compared silently), and the report is told which runs it could not verify."""
+    old = write_run(tmp_path / "old", np.full(10, 990))
+    new = _record(write_run(tmp_path / "new", np.full(10, 950)), inputs_sha256="aa")
+    runs = load_runs([old, new])
+    assign_labels(runs)
+    assert check_protocol(runs) == {}
+    assert partly_unverified(runs) == {"inputs_sha256": [runs[0].label]}  # dataset: by none (not "partly")
+    other = _record(write_run(tmp_path / "other", np.full(10, 950)), inputs_sha256="bb")
+    runs = load_runs([old, new, other])
+    assign_labels(runs)
+    with pytest.raises(ProtocolMismatchError, match="inputs_sha256: .*aa.*bb"):
+        check_protocol(runs)
+    noise_block = _record(write_run(tmp_path / "block", np.full(10, 950)), noise_block=4)
+    runs = load_runs([old, noise_block])  # None is a setting for other keys: no noise block against 4
+    assign_labels(runs)
+    with pytest.raises(ProtocolMismatchError, match="noise_block: "):
+        check_protocol(runs)

@@ -22,6 +22,7 @@ from rs_lightning.analysis.compare import (
     default_radii,
     dominance,
     dominance_matrix,
+    partly_unverified,
     sigma_groups,
     unverified_keys,
 )
@@ -106,6 +107,10 @@ def _protocol_section(
         )
     if unknown := unverified_keys(runs):
         out.append(f"- Not recorded by any run, so not verified: {', '.join(unknown)}.")
+    for key, labels in partly_unverified(runs).items():
+        out.append(
+            f"- {key} is not recorded by {', '.join(labels)} (certified before it was): not verified there."
+        )
     return out + [f"- {note}" for note in notes]
 
 
