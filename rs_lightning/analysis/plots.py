@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from rs_lightning.smoothing.certificate import LABELS, STEPS  # noqa: E402
+from rs_lightning.smoothing.certificate import L2, LABELS, STEPS  # noqa: E402
 
 from .metrics import ECDF_GRID, certified_accuracy, pa_ecdf  # noqa: E402
 
@@ -30,7 +30,7 @@ def place_legend(ax, entries: int, **kwargs) -> None:
 def certified_accuracy_figure(
     runs: Mapping[str, tuple[np.ndarray, np.ndarray]],
     max_radius: float | None = None,
-    norm: str = "l2",
+    norm: str = L2,
     bands: Mapping[str, float] | None = None,
 ):
     """Certified accuracy vs radius in ``norm``; ``runs`` maps a label to ``(radius, correct)`` arrays;

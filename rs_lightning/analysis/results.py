@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import beta
 
-from rs_lightning.smoothing.certificate import of
+from rs_lightning.smoothing.certificate import L2, of
 from rs_lightning.smoothing.engine import ABSTAIN
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS, CertificationSpec
 from rs_lightning.smoothing.stats import clopper_pearson_lower
@@ -378,7 +378,7 @@ and their ``certify.tsv`` may lack the columns of :data:`ADDED_LATER`."""
 
 SETTINGS_ADDED_LATER = {
     "mode": "certify", "precision": "32", "sampling": "cohen", "iss": None, "sequential": None,
-    "noise": "gaussian", "norm": "l2",
+    "noise": "gaussian", "norm": L2,
 }  # fmt: skip
 """Values of protocol keys that runs recorded before the keys existed had implicitly (every such run was an
 fp32 CERTIFY with Cohen's sampling of Gaussian L2 radii)."""

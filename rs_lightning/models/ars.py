@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
+from rs_lightning.smoothing.certificate import LINF
 from rs_lightning.validation import ConfigError
 
 from ._shape import chw
@@ -101,7 +102,7 @@ class AdaptiveSmoothing(nn.Module):
         first_query_budget_frac: f (``ars`` only; reference 0.5).
     """
 
-    norms = ("linf",)
+    norms = (LINF,)
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ from rs_lightning.validation import ConfigError
 
 NOISES = ("gaussian", "laplace", "uniform")
 NORMS = ("l2", "l1", "linf")
+L2, L1, LINF = NORMS  # for code that names one norm
 NORMS_OF = {"gaussian": ("l2", "l1", "linf"), "laplace": ("l1",), "uniform": ("l1", "linf")}
 """The norms each noise certifies (the first is its own; Gaussian L1/L∞ by the inclusion of balls)."""
 SCALE_OVER_SIGMA = {"gaussian": 1.0, "laplace": 1 / math.sqrt(2), "uniform": math.sqrt(3)}

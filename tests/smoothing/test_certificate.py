@@ -144,3 +144,41 @@ def test_half_precision_noise_is_finite_and_centred(noise, dtype):
     draws = Certificate(noise).sample((200_000,), gen, "cpu", dtype)
     assert draws.dtype == dtype and torch.isfinite(draws).all()
     assert abs(draws.float().mean().item()) < 0.02
+
+
+def _code_strings_and_calls(path):
+    """The string constants (docstrings left out) and the dotted names of the calls in one source file."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }  # fmt: skip
+    strings = {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        and id(n) not in docstrings
+    }  # fmt: skip
+    calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return strings, calls
+
+
+def test_the_certificate_module_alone_names_norms_and_inverts_the_normal_cdf():
+    """Issue 25's contract: the norm strings and Φ⁻¹ live in rs_lightning/smoothing/certificate.py only, so
+    a new noise or norm touches that module (and its config and tests). Catches a branch on "linf" or a
+    norm.ppf added anywhere else in the package."""
+    from rs_testing import REPO
+
+    inverse_cdf = ("norm.ppf", "normal.ppf", "ndtri", "special.ndtri", "torch.special.ndtri", "erfinv")
+    offenders = []
+    for path in sorted((REPO / "rs_lightning").rglob("*.py")):
+        if path.name == "certificate.py" and path.parent.name == "smoothing":
+            continue
+        strings, calls = _code_strings_and_calls(path)
+        named = strings & {"l1", "l2", "linf"}
+        inverted = {c for c in calls if c.endswith(inverse_cdf) or c.endswith(".icdf")}
+        if named or inverted:
+            offenders.append(f"{path.relative_to(REPO)}: {sorted(named | inverted)}")
+    assert not offenders, offenders
