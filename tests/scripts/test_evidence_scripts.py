@@ -51,7 +51,8 @@ def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.Comp
     stand_in.chmod(0o755)
     environ = {k: v for k, v in os.environ.items() if k not in ENV}
     environ |= {"PY": str(stand_in), "RECORD": str(record), "OUT": str(tmp_path / "out"),
-                "ARCHIVE": str(tmp_path / "archive"), "REPORTS": str(tmp_path / "reports")} | env  # fmt: skip
+                "ARCHIVE": str(tmp_path / "archive"), "REPORTS": str(tmp_path / "reports"),
+                "TABLES": str(tmp_path / "tables")} | env  # fmt: skip
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / script)], capture_output=True, text=True, env=environ, timeout=120
     )
@@ -208,3 +209,21 @@ def test_certify_run_takes_another_checkpoint_file_of_the_run(tmp_path):
     assert result.returncode == 0, result.stderr
     assert calls == [["certify.py", f"checkpoint={out}/a/checkpoints/epoch089.ckpt", "n=10",
                       f"output_dir={out}/c", f"hydra.run.dir={out}/c"]]  # fmt: skip
+
+
+def test_fast_certification_archives_every_run_it_certifies(tmp_path):
+    """scripts/fast_certification.sh STAGE=compare (issue 26 item 5): the rows of each of its six
+    certifications go to $ARCHIVE/<model>/<run>, from which its tables are built. Catches a run certified but
+    not archived (its table could not be rebuilt from the repository)."""
+    for model in ("mnist_lenet_s050", "cifar_subset_lenet_s025"):
+        (tmp_path / "out" / "train" / model / "checkpoints").mkdir(parents=True)
+        (tmp_path / "out" / "train" / model / "train.done").write_text("")
+    result, calls = run_script(tmp_path, "fast_certification.sh", STAGE="compare")
+    assert result.returncode == 0, result.stderr
+    certified = [call for call in calls if call[0] == "certify.py"]
+    runs = sorted(p.relative_to(tmp_path / "archive") for p in (tmp_path / "archive").glob("*/*"))
+    assert len(certified) == 6 and [str(r) for r in runs] == sorted(
+        f"{m}/{r}" for m in ("mnist_lenet_s050", "cifar_subset_lenet_s025")
+        for r in ("ias_bf16", "iss_ad005_bf16", "iss_ad010_bf16")
+    )  # fmt: skip
+    assert all((tmp_path / "archive" / r / "certify.tsv").is_file() for r in runs)
