@@ -55,8 +55,10 @@ if [ "$STAGE" = all ] || [ "$STAGE" = report ]; then
   for noise in $NOISES; do archive_run "$OUT/certify/$noise" "$REPORT/runs/$noise"; done
   $PY -m rs_lightning.cli.report "$REPORT"/runs/{gaussian,laplace,uniform} --compare-noises --overwrite \
     --out "$REPORT"
-  $PY -m rs_lightning.cli.report paired "$REPORT"/runs/{uniform,gaussian,laplace} --radii ${RADII:-0 0.5 1 1.5 2} \
+  $PY -m rs_lightning.cli.report paired "$REPORT"/runs/{uniform,gaussian,laplace} --compare-noises \
+    --radii ${RADII:-0 0.5 1 1.5 2} \
     > "$REPORT/paired_differences.txt"
-  $PY -m rs_lightning.cli.report paired "$REPORT"/runs/{laplace,gaussian} --radii ${RADII:-0 0.5 1 1.5 2} 2.5 3 \
+  $PY -m rs_lightning.cli.report paired "$REPORT"/runs/{laplace,gaussian} --compare-noises \
+    --radii ${RADII:-0 0.5 1 1.5 2} 2.5 3 \
     > "$REPORT/paired_laplace_gaussian.txt"
 fi

@@ -75,8 +75,11 @@ def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path, name):
     gaussian, laplace, uniform = runs
     radii = ["0", "0.5", "1", "1.5", "2"]
     for file, pair in (
-        ("paired_differences.txt", [uniform, gaussian, laplace, "--radii", *radii]),
-        ("paired_laplace_gaussian.txt", [laplace, gaussian, "--radii", *radii, "2.5", "3"]),
+        ("paired_differences.txt", [uniform, gaussian, laplace, "--compare-noises", "--radii", *radii]),
+        (
+            "paired_laplace_gaussian.txt",
+            [laplace, gaussian, "--compare-noises", "--radii", *radii, "2.5", "3"],
+        ),
     ):
         paired = run_script("-m rs_lightning.cli.report paired", *pair, timeout=600)
         assert paired.returncode == 0, paired.stderr[-2000:]

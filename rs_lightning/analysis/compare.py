@@ -45,6 +45,7 @@ class Run:
     settings: RunRecord = field(default_factory=RunRecord)
     method: str | None = None
     label: str = ""
+    base_label: str = ""  # the label before it was made unique among the runs passed with it
     converted_from: str | None = None
 
     @property
@@ -301,11 +302,12 @@ def load_runs(paths, sigma: float | None = None) -> list[Run]:
 
 def assign_labels(runs: list[Run]) -> None:
     """label = "<method> σ=<sigma>" (method: ``run.method``, else the folder name; ", <noise> noise" for a
-    noise other than Gaussian); unique by folder name."""
+    noise other than Gaussian); unique by folder name (``base_label``: before that, whatever else is
+    passed)."""
     for run in runs:
         sigma = "?" if run.sigma is None else f"{run.sigma:g}"
         noise = "" if run.noise == "gaussian" else f", {run.noise} noise"
-        run.label = f"{run.method or run.name} σ={sigma}{noise}"
+        run.label = run.base_label = f"{run.method or run.name} σ={sigma}{noise}"
     labels = [r.label for r in runs]
     for run in runs:
         if labels.count(run.label) > 1:
@@ -341,6 +343,15 @@ def protocol_differences(runs: list[Run]) -> dict[str, dict[str, str]]:
         common = frozenset.intersection(*[p["subset"] for p in protocols])
         out["subset"]["shared by all"] = f"{len(common)} inputs"
     return out
+
+
+def same_inputs(a: Run, b: Run) -> bool:
+    """Whether two runs certified the same inputs: the same idx set, and the same dataset and inputs hash
+    where both record them (a paired verdict needs this even when ``--allow-mismatch`` reports the rest)."""
+    pa, pb = a.protocol(), b.protocol()
+    return pa["subset"] == pb["subset"] and all(
+        pa[key] is None or pb[key] is None or pa[key] == pb[key] for key in RECORDED_LATER
+    )
 
 
 def unverified_keys(runs: list[Run]) -> list[str]:

@@ -6,9 +6,10 @@ on their p_A curves and on certified accuracy over the radius grid with the pair
 :mod:`.uncertainty`, once for every pairing of their seeds; a side counts as resolved above at a point only
 if it is in **every** pairing, so a verdict survives the spread between training seeds, and with one seed each
 the verdict says it covers only the resampling of test inputs (retraining the same recipe moved MACER's ACR on
-MNIST by about the published seed spread, docs/results.md). The family of all comparisons in one report is
-corrected by Bonferroni: each pairing runs at β / (pairs × pairings), so every verdict of the report holds
-together with probability ≥ 1 − β.
+MNIST by about the published seed spread, docs/results.md). The comparisons of one report are corrected by
+Bonferroni: each pairing runs at β / (pairs × pairings), so the report's p_A verdicts hold together with
+probability ≥ 1 − β, and so do its certified-accuracy verdicts (both families at once: ≥ 1 − 2β); each ΔACR
+and certified-accuracy difference CI is at that same level, on its own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from itertools import product
 
 import numpy as np
 
-from .compare import Run, sigma_groups
+from .compare import Run, same_inputs, sigma_groups
 from .metrics import ECDF_GRID
 from .uncertainty import (
     DEFAULT_BETA,
@@ -34,7 +35,8 @@ from .uncertainty import (
 )
 
 WIDE = 0.1
-"""A p_A band whose half-width exceeds this gets a warning naming its width (too few inputs)."""
+"""A p_A band whose input term (what more inputs narrow: the DKW term and the allowed misses) exceeds this
+half-width gets a warning naming its width (too few inputs)."""
 
 
 def counts_of(run: Run) -> Counts | None:
@@ -49,13 +51,22 @@ def counts_of(run: Run) -> Counts | None:
     return Counts.from_rows(run.rows, looks=looks)
 
 
+def recipe(run: Run) -> tuple:
+    """What runs must share to count as training seeds of one recipe: the method, σ, noise, norm, the
+    architecture and the dataset. A method's hyperparameters are not recorded in a run folder: runs of one
+    method with other hyperparameters must not be passed as seeds of one entry (docs/comparing.md)."""
+    model, data = run.settings.model, run.settings.data
+    target = model.get("_target_") if isinstance(model, dict) else None
+    dataset = (data.get("name"), data.get("sha256")) if isinstance(data, dict) else None
+    return (run.method or run.name, run.sigma, run.noise, run.norm, target, dataset)
+
+
 def entries(runs: Sequence[Run]) -> list[list[Run]]:
-    """Runs grouped into entries: same method, σ, noise and norm with distinct recorded training seeds form
-    one entry; every other run is its own."""
+    """Runs grouped into entries: runs of one :func:`recipe` with distinct recorded training seeds form one
+    entry; every other run is its own."""
     groups: dict[tuple, list[Run]] = {}
     for run in runs:
-        same = (run.method or run.name, run.sigma, run.noise, run.norm)
-        key = same if run.train_seed is not None else ("run", id(run))
+        key = recipe(run) if run.train_seed is not None else ("run", id(run))
         groups.setdefault(key, []).append(run)
     out = []
     for group in groups.values():
@@ -67,7 +78,7 @@ def entries(runs: Sequence[Run]) -> list[list[Run]]:
 def entry_label(entry: list[Run]) -> str:
     if len(entry) == 1:
         return entry[0].label
-    base = entry[0].label.split(" (")[0]
+    base = entry[0].base_label or entry[0].label
     return f"{base} ({len(entry)} seeds: {', '.join(str(r.train_seed) for r in entry)})"
 
 
@@ -76,15 +87,24 @@ def run_uncertainty(run: Run, radii, beta: float = DEFAULT_BETA) -> dict:
     counts = counts_of(run)
     out: dict = {"label": run.label, "inputs": run.num_inputs}
     base = counts if counts is not None else radius_counts(run)
-    out["acr_ci"] = acr_ci(base, beta, run.label)
+    out["acr_ci"] = acr_ci(base, beta, run.base_label or run.label)  # not what else was passed
     out["ca_pointwise"], out["ca_simultaneous"] = certified_accuracy_bands(base, radii, beta)
-    out["pa_band"] = None if counts is None else pa_curve_band(counts, beta)
-    if out["pa_band"] is not None and out["pa_band"].max_half_width > WIDE:
+    out["pa_band"] = band = None if counts is None else pa_curve_band(counts, beta)
+    if band is not None and (inputs := input_term(band)) > WIDE:
+        widest = int(np.argmax(band.upper - band.lower))
+        widest_text = f"±{band.max_half_width:.3f} at its widest, pA = {band.x[widest]:g}"
         out["warning"] = (
-            f"{run.label}: {run.num_inputs} inputs give a p_A band of ±{out['pa_band'].max_half_width:.3f} "
-            f"at its widest (β = {beta:g}); certify more inputs to resolve differences below that"
+            f"{run.label}: {run.num_inputs} inputs give a p_A band of ±{inputs:.3f} from the choice of "
+            f"inputs alone (β = {beta:g}; {widest_text}, with the Monte-Carlo error of p̂A, which more draws "
+            "n narrow); certify more inputs to resolve differences below that"
         )
     return out
+
+
+def input_term(band) -> float:
+    """The half-width a p_A band owes to the choice of inputs (DKW term + allowed misses / M): what more
+    inputs narrow; the rest, largest near pA = 1, is the Monte-Carlo error of p̂A, which more draws narrow."""
+    return band.parts["dkw"] + band.parts["allowed_misses"] / band.parts["inputs"]
 
 
 def _intersect(lists: list[list[float]]) -> list[float]:
@@ -114,8 +134,8 @@ def compare_entries(
     out = []
     for sigma, entry_a, entry_b in pairs:
         pairings = list(product(entry_a, entry_b))
-        if any(set(a.rows["idx"].tolist()) != set(b.rows["idx"].tolist()) for a, b in pairings):
-            # only with --allow-mismatch: no paired verdict on different inputs
+        if not all(same_inputs(a, b) for a, b in pairings):
+            # only with --allow-mismatch: no paired verdict on different inputs (idx, data or their hash)
             out.append({"sigma": sigma, "a": entry_label(entry_a), "b": entry_label(entry_b),
                         "skipped": "certified on different inputs"})  # fmt: skip
             continue

@@ -256,3 +256,14 @@ def test_a_key_recorded_later_is_compared_where_recorded_and_said_unverified_els
     assign_labels(runs)
     with pytest.raises(ProtocolMismatchError, match="noise_block: "):
         check_protocol(runs)
+
+
+def test_the_same_indices_of_another_dataset_are_refused(tmp_path):
+    """Catches two runs on different data with the same indices compared silently (the dataset's name and
+    file hash are protocol keys)."""
+    mnist = _record(write_run(tmp_path / "a", np.full(10, 990)), data={"name": "npz", "sha256": "aa"})
+    other = _record(write_run(tmp_path / "b", np.full(10, 990)), data={"name": "npz", "sha256": "bb"})
+    runs = load_runs([mnist, other])
+    assign_labels(runs)
+    with pytest.raises(ProtocolMismatchError, match="dataset: .*npz aa.*npz bb"):
+        check_protocol(runs)

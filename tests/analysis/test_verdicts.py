@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from rs_lightning.analysis.compare import Run, assign_labels
 from rs_lightning.analysis.results import RunRecord
-from rs_lightning.analysis.verdicts import compare_entries, entries
+from rs_lightning.analysis.verdicts import compare_entries, entries, run_uncertainty
 
 M = 600
 
@@ -84,3 +85,40 @@ def test_intervals_do_not_depend_on_the_order_of_the_runs():
             assert backward[(a, b)] == pytest.approx((low, high))
         else:
             assert backward[(b, a)] == pytest.approx((-high, -low))
+
+
+def test_seeds_of_one_recipe_only_share_an_entry():
+    """Catches the grouping of runs that differ in architecture or data as if they were training seeds."""
+    a0, a1 = run("a0", "A", radii(0, 1), 0), run("a1", "A", radii(0, 2), 1)
+    other_model = dataclasses.replace(
+        a1, settings=dataclasses.replace(a1.settings, model={"_target_": "rs_lightning.models.CIFARResNet"})
+    )
+    assert [len(g) for g in entries([a0, a1])] == [2]
+    assert [len(g) for g in entries([a0, other_model])] == [1, 1]
+
+
+def test_the_acr_interval_of_a_run_does_not_depend_on_the_other_runs():
+    """Catches a run's ACR CI seeded by its report label, which changes (made unique) when another run of the
+    same method and σ is passed with it."""
+    x, twin = run("x", "X", radii(0.1, 1), None), run("twin", "X", radii(0.3, 2), None)
+    assign_labels([x])
+    alone = run_uncertainty(x, [0, 1])["acr_ci"]
+    assign_labels([x, twin])
+    assert x.label != x.base_label and run_uncertainty(x, [0, 1])["acr_ci"] == alone
+
+
+def test_too_few_inputs_are_warned_by_the_input_part_of_the_band():
+    """The warning names the width that more inputs would narrow (DKW + allowed misses), not the band's
+    widest point, which near pA = 1 is the Monte-Carlo error of p̂A whatever the number of inputs. Catches
+    warning a 2,000-input run whose inputs sit at p̂A = 1 ("certify more inputs" would not help)."""
+
+    def at_one(name: str, m: int) -> Run:
+        rows = {"idx": np.arange(m), "label": np.ones(m, int), "predict": np.ones(m, int),
+                "radius": np.full(m, 1.6), "correct": np.ones(m, int), "nA": np.full(m, 10_000),
+                "n": np.full(m, 10_000)}  # fmt: skip
+        settings = RunRecord.from_dict({"sigma": 0.5, "alpha": 0.001, "n": 10_000, "n0": 100})
+        return Run(path=Path(f"/runs/{name}"), rows=rows, settings=settings, method="A", label=name)
+
+    many, few = run_uncertainty(at_one("many", 2000), [0]), run_uncertainty(at_one("few", 100), [0])
+    assert many["pa_band"].max_half_width > 0.3 and "warning" not in many
+    assert "±0.1" in few["warning"] and "from the choice of inputs alone" in few["warning"]

@@ -349,9 +349,32 @@ def test_paired_refuses_runs_on_other_inputs_and_bad_values(tmp_path, capsys):
     a = _rows(tmp_path / "a", [0.5], [1])
     b = _rows(tmp_path / "b", [0.5], [1], idx=[7])
     assert main(["paired", str(a), str(b)]) == 2
-    assert "certified on the same inputs" in capsys.readouterr().err
+    assert "different protocols (subset: " in capsys.readouterr().err
     assert main(["paired", str(a), str(a), "--beta", "2"]) == 2
     assert main(["paired", str(a), str(a), "--radii", "-1"]) == 2
+
+
+def test_paired_refuses_another_protocol_on_the_same_inputs(tmp_path, capsys):
+    """Catches a paired CI between runs on the same idx but other data, n or noise (the report checked the
+    protocol; `report paired` compared idx only). --compare-noises lets the noise, and only it, differ."""
+    folder = REPO / "docs/results/noises/mnist_sigma050/runs"
+    gaussian, laplace = str(folder / "gaussian"), str(folder / "laplace")
+    assert main(["paired", gaussian, laplace]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("error: ") and "noise: " in err and "--compare-noises" in err and err.count("\n") == 1
+    )
+    assert main(["paired", gaussian, laplace, "--compare-noises"]) == 0
+    assert capsys.readouterr().out.startswith("ACR: ")
+    other = tmp_path / "other_data"
+    other.mkdir()
+    for name in ("certify.tsv", "summary.json"):
+        (other / name).write_bytes((folder / "gaussian" / name).read_bytes())
+    settings = json.loads((folder / "gaussian" / "settings.json").read_text())
+    settings["inputs_sha256"] = "0" * 64  # the same idx of another test set
+    (other / "settings.json").write_text(json.dumps(settings))
+    assert main(["paired", gaussian, str(other), "--compare-noises"]) == 2
+    assert "inputs_sha256: " in capsys.readouterr().err
 
 
 def test_compare_noises_reports_runs_that_differ_in_their_noise_only(tmp_path):

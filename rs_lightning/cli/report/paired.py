@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from rs_lightning.analysis.compare import load_runs
+from rs_lightning.analysis.compare import assign_labels, check_protocol, load_runs
 from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.analysis.uncertainty import (
     DEFAULT_BETA,
@@ -22,7 +22,9 @@ from rs_lightning.validation import ConfigError, require_non_negative
 def paired_command(argv: Sequence[str]) -> int:
     """``report paired REFERENCE OTHER... [--radii R ...] [--beta B]``: paired differences REFERENCE − OTHER
     of ACR and of certified accuracy at each radius, with (1 − β) percentile bootstrap CIs over the shared
-    inputs (:mod:`rs_lightning.analysis.uncertainty`; Bonferroni over the OTHERs)."""
+    inputs (:mod:`rs_lightning.analysis.uncertainty`; Bonferroni over the OTHERs). Each pair must share the
+    protocol (inputs, data, n, α, …; with ``--compare-noises`` the noise may differ), else it is refused
+    before any CI, naming the difference."""
     parser = argparse.ArgumentParser(
         prog="python -m rs_lightning.cli.report paired",
         description="Paired bootstrap CIs of ACR and certified-accuracy differences between runs on the "
@@ -34,15 +36,22 @@ def paired_command(argv: Sequence[str]) -> int:
         "--radii", nargs="+", type=float, default=[], help="certified accuracy at these radii"
     )
     parser.add_argument("--beta", default=DEFAULT_BETA, help=f"1 - confidence (default {DEFAULT_BETA})")
+    parser.add_argument(
+        "--compare-noises", action="store_true", help="pairs may differ in their noise (the rest the same)"
+    )
     args = parser.parse_args(argv)
     try:
         beta = check_beta(args.beta)
         for radius in args.radii:
             require_non_negative("--radii", radius)
         reference = load_runs([args.reference])[0]
-        level = beta / len(args.others)
-        for path in args.others:
-            other = load_runs([path])[0]
+        others = [load_runs([path])[0] for path in args.others]
+        for other in others:  # every pair checked before any CI is printed
+            pair = [reference, other]
+            assign_labels(pair)
+            check_protocol(pair, compare_noises=args.compare_noises)
+        level = beta / len(others)
+        for other in others:
             a, b = radius_counts(reference), radius_counts(other)
             names = (str(reference.path), str(other.path))
             low, high = paired_acr_ci(a, b, level, names=names)
