@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rs_lightning.smoothing.certificate import NORMS, Certificate, default_norm
+from rs_lightning.smoothing.certificate import NORMS, Certificate, default_norm, grid_to
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS as SPEC_PROTOCOL_KEYS
 from rs_lightning.validation import ConfigError
 
@@ -486,14 +486,16 @@ def dominance_matrix(group: list[Run], pairs: list[dict]) -> list[list[str]]:
 
 def default_radii(runs: list[Run], step: float | None = None, max_columns: int = 12) -> list[float]:
     """0, step, … up to the largest radius any run certified (step doubled until ≤ ``max_columns``); step
-    None = the runs' norm's step (0.25 for L2/L1, 1/255 for L∞; 0.25 when they differ)."""
+    None = the runs' norm's step (0.25 for L2/L1, 1/255 for L∞; 0.25 when they differ), or a tenth of the
+    largest radius where that is below the step (:func:`~rs_lightning.smoothing.certificate.grid_to`)."""
+    fit = step is None
     if step is None:
         steps = {r.certificate.default_step for r in runs}
         step = steps.pop() if len(steps) == 1 else 0.25
     top = max(float(np.max(r.rows["radius"], initial=0.0)) for r in runs)
     while top / step + 1 > max_columns:
         step *= 2
-    return [round(float(r), 6) for r in np.arange(0.0, top + 1e-9, step)]
+    return [float(r) for r in grid_to(top, step, fit)]
 
 
 def comparison_table(runs: list[Run], radii, reference: Run | None = None) -> list[dict]:

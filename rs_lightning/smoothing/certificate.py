@@ -165,12 +165,7 @@ class Certificate:
         """Radii 0, step, 2·step, … up to :meth:`max_radius` (the certified-accuracy grid of reports and of
         the sequential sampler); ``step`` None = :attr:`default_step`."""
         top = self.max_radius(sigma, n, alpha, dim)
-        if step is None:
-            step = self.default_step
-            if top < step:  # e.g. uniform L∞, whose radii are ~2λ·ln 2/d: a tenth of the cap instead of [0]
-                step = float(f"{top / 10:.2g}") if top > 0 else step
-        digits = max(6, 3 - math.floor(math.log10(step)))  # 6 as always; more for steps below 1e-3
-        return np.round(np.arange(0.0, top + min(1e-9, step * 1e-6), step), digits)
+        return grid_to(top, self.default_step if step is None else step, fit=step is None)
 
     def unit(self, sigma: float, dim: int | None = None) -> float:
         """The radius certified by p_A = Φ(1) (σ for Gaussian L2): a natural unit for tolerances."""
@@ -208,6 +203,16 @@ def radius_from_pa(pa_lower, sigma: float, norm: str = "l2", dim: int | None = N
     """The Gaussian certificate's radius in ``norm`` (Cohen et al. 2019, Thm. 1 with p_B = 1 − p_A): σΦ⁻¹(p)
     for L2 and L1, σΦ⁻¹(p)/√d for L∞; 0 where p <= 1/2."""
     return Certificate("gaussian", norm).radius(pa_lower, sigma, dim)
+
+
+def grid_to(top: float, step: float, fit: bool = True) -> np.ndarray:
+    """0, step, 2·step, … up to ``top``, rounded to 6 digits (more for steps below 1e-3). ``fit``: a step
+    larger than ``top`` becomes a tenth of it (two significant digits) — e.g. uniform L∞, whose radii are
+    ~2λ·ln 2/d, far below the L∞ step 1/255 — so the grid is not just [0]."""
+    if fit and 0 < top < step:
+        step = float(f"{top / 10:.2g}")
+    digits = max(6, 3 - math.floor(math.log10(step)))
+    return np.round(np.arange(0.0, top + min(1e-9, step * 1e-6), step), digits)
 
 
 def max_certifiable_radius(

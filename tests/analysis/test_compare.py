@@ -32,7 +32,19 @@ COHEN_TSV = (
 
 
 def write_run(
-    folder, n_a, *, n=1000, sigma=0.25, alpha=0.001, seed=0, n0=100, idx=None, wrong=(), noise=None, norm=None
+    folder,
+    n_a,
+    *,
+    n=1000,
+    sigma=0.25,
+    alpha=0.001,
+    seed=0,
+    n0=100,
+    idx=None,
+    wrong=(),
+    noise=None,
+    norm=None,
+    dim=None,
 ):
     """A run folder as certify.py writes it; ``wrong``: positions whose selected class is not the label;
     ``noise``/``norm`` (recorded when given): the certificate of the radii (default Gaussian, L2)."""
@@ -49,7 +61,7 @@ def write_run(
                     "idx": i,
                     "label": label,
                     "predict": predict,
-                    "radius": certificate.of(noise, norm).radius(lower[j], sigma),
+                    "radius": certificate.of(noise, norm).radius(lower[j], sigma, dim),
                     "correct": int(predict == label),
                     "time": 0.01,
                     "nA": n_a[j],
@@ -62,7 +74,7 @@ def write_run(
                 }
             )
     settings = {"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "seed": seed, "split": "test"}
-    settings |= {k: v for k, v in (("noise", noise), ("norm", norm)) if v is not None}
+    settings |= {k: v for k, v in (("noise", noise), ("norm", norm), ("dim", dim)) if v is not None}
     (folder / "settings.json").write_text(json.dumps(settings))
     return folder
 
@@ -267,3 +279,16 @@ def test_the_same_indices_of_another_dataset_are_refused(tmp_path):
     assign_labels(runs)
     with pytest.raises(ProtocolMismatchError, match="dataset: .*npz aa.*npz bb"):
         check_protocol(runs)
+
+
+def test_the_reports_default_radii_fit_uniform_linf_radii(tmp_path):
+    """Uniform noise's L∞ radii (~2λ·ln 2/d) lie far below the L∞ step 1/255: the default grid steps by a
+    tenth of the largest certified radius instead (the bug: a table with the single column r = 0)."""
+    from rs_lightning.analysis.compare import default_radii
+
+    run = load_run(write_run(tmp_path / "u", np.linspace(900, 1000, 10).astype(int), noise="uniform",
+                             norm="linf", sigma=0.5, dim=784))  # fmt: skip
+    top = float(run.rows["radius"].max())
+    assert 0 < top < 1 / 255
+    radii = default_radii([run])
+    assert len(radii) >= 10 and radii[-1] <= top < radii[-1] + radii[1]
