@@ -1,4 +1,4 @@
-"""The certificate types of issue 25 (first part: the module; the engine still uses Gaussian radii).
+"""The certificate types of issue 25 (rs_lightning/smoothing/certificate.py: radii, caps, grids, sampling).
 
 Radii are checked against closed forms written here from the papers (Yang et al. 2020 Table 1 / rs4a
 ``src/noises``; Teng et al. 2020; Cohen et al. 2019), and on half-spaces, where the exact p_A of each noise

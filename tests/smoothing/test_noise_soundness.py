@@ -28,6 +28,7 @@ from stat_testing import (
 from rs_lightning.smoothing import ABSTAIN, CertificationSpec, certify_batch
 from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.noise import standard_noise_block
+from rs_lightning.smoothing.spec import IssSettings
 
 SIGMA, ALPHA, N0, N = 0.5, 0.05, 64, 1000
 INPUTS, BOUNDARY_INPUTS = 4000, 2000
@@ -156,3 +157,27 @@ def test_a_part_of_the_inputs_gives_the_same_rows(noise):
     part = certify_batch(Halfspace(), xs[odd], odd, spec, num_classes=2)
     np.testing.assert_array_equal(whole.counts[odd], part.counts)
     np.testing.assert_array_equal(whole.radius[odd], part.radius)
+
+
+@pytest.mark.parametrize("sampling", ["iss", "sequential"])
+@pytest.mark.parametrize("noise", ["laplace", "uniform"])
+def test_input_specific_and_sequential_sampling_are_sound_with_other_noises(noise, sampling):
+    """ISS (AD 0.05) and the sequential sampler plan and stop with the noise's own certificate: on the 4,000
+    halfspace inputs, failures (wrong class, or an L1 radius above |x_0|) stay within the binomial limit of α
+    (each input fails with probability <= α, independently), and the radii track |x_0| (median ratio > 0.75;
+    0.82-0.95 when written). Catches a radius off by the scale (Laplace radii × √2: ~3,600 failures against a
+    limit of 269) and the Gaussian radius stated for Laplace noise (~500 failures)."""
+    margins = margins_of(noise)
+    iss = IssSettings(decline="ad", max_decline=0.05, k0=50, granularity=10) if sampling == "iss" else None
+    spec = CertificationSpec(
+        sigma=SIGMA, n0=None if iss else N0, n=N, alpha=ALPHA, noise=noise, norm="l1", sampling=sampling,
+        iss=iss,
+    )  # fmt: skip
+    result = certify_batch(Halfspace(), halfspace_inputs(margins), range(len(margins)), spec, num_classes=2)
+    truth = (margins > 0).astype(int)
+    certified = result.predict != ABSTAIN
+    failed = certified & ((result.predict != truth) | (result.radius > np.abs(margins)))
+    assert int(failed.sum()) <= binom.ppf(1 - 1e-6, len(margins), ALPHA), int(failed.sum())
+    right = certified & (result.predict == truth)
+    assert right.mean() > 0.95 and np.median(result.radius[right] / np.abs(margins[right])) > 0.75
+    assert result.n.mean() < N  # the samplers stop early on average
