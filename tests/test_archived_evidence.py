@@ -34,6 +34,24 @@ def test_the_structured_mnist_reports_rebuild_from_their_rows(tmp_path, sigma):
     assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
 
 
+def reproduction_reports() -> list[str]:
+    return sorted(p.parent.name for p in (RESULTS / "mnist_reproduction").glob("*/runs"))
+
+
+@pytest.mark.parametrize("name", reproduction_reports())
+def test_the_published_schedule_reports_rebuild_from_their_rows(tmp_path, name):
+    """scripts/mnist_reproduction.sh's report of the archived runs at one σ and budget (e.g. the σ = 1.0
+    Gaussian/Consistency pair of issue 24), and each run against its published row."""
+    folder = RESULTS / "mnist_reproduction" / name
+    runs = sorted(str(p.relative_to(REPO)) for p in (folder / "runs").iterdir())  # as the script's glob
+    budgets = ["--budgets", "1000", "10000", "100000"]
+    done = run_script("-m rs_lightning.cli.report", *runs, "--out", str(tmp_path), *budgets, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = ["report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv"]
+    match, mismatch, errors = filecmp.cmpfiles(folder, tmp_path, names, shallow=False)
+    assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
+
+
 def sequential_models() -> list[str]:
     return sorted(p.name for p in (SEQUENTIAL / "runs").iterdir() if (SEQUENTIAL / f"{p.name}.md").is_file())
 
