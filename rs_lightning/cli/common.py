@@ -121,6 +121,7 @@ def exit_if_run_dir_unwritable(argv: Sequence[str], keys: Sequence[str] = RUN_DI
         key, sep, value = arg.lstrip("+").partition("=")
         if not sep or key not in keys:
             continue
+        value = _unquoted(value)
         folder = value if "${" not in value else os.path.dirname(value.split("${", 1)[0])
         if not folder:
             continue
@@ -129,6 +130,15 @@ def exit_if_run_dir_unwritable(argv: Sequence[str], keys: Sequence[str] = RUN_DI
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
+
+
+def _unquoted(value: str) -> str:
+    """An override's value as Hydra reads it: without the quotes around a quoted string (Lightning's DDP
+    subprocess command passes ``hydra.run.dir="<dir>"``; taken literally, a folder named ``"<dir>"`` was
+    created in the working directory)."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
 
 
 def require_writable_dir(path: str | os.PathLike, key: str, value: Any = None) -> Path:

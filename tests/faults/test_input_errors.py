@@ -47,6 +47,18 @@ def test_an_unwritable_hydra_run_dir_is_one_line(script, folder):
     assert_one_line_error(done, f"hydra.run.dir='{folder}'", "writable folder")
 
 
+def test_a_quoted_run_dir_is_checked_as_hydra_reads_it(tmp_path, monkeypatch):
+    """Lightning's DDP subprocess command passes ``hydra.run.dir="<dir>"``: the check before Hydra must read
+    it unquoted, as Hydra does (it created an empty folder named ``"<dir>"`` in the working directory)."""
+    from rs_lightning.cli.common import exit_if_run_dir_unwritable
+
+    monkeypatch.chdir(tmp_path)
+    exit_if_run_dir_unwritable(['hydra.run.dir="runs/a b"', "hydra.sweep.dir='sweeps/c'"])
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "runs", "runs/a b", "sweeps", "sweeps/c"
+    ]  # fmt: skip
+
+
 def test_certify_cli_with_unwritable_output_dir_alone():
     """output_dir=X alone makes X Hydra's run folder too (certify.py), so it is checked before Hydra."""
     done = run("certify.py", "checkpoint=x.ckpt", "output_dir=/proc/forbidden")
