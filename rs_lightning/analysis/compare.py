@@ -336,8 +336,7 @@ def protocol_differences(runs: list[Run]) -> dict[str, dict[str, str]]:
     out = {}
     for key in PROTOCOL_KEYS:
         values = [p[key] for p in protocols]
-        known = [v for v in values if v is not None] if key in RECORDED_LATER else values
-        if any(v != known[0] for v in known[1:]):
+        if not _agree(key, values):
             out[key] = {r.label: _show(key, v) for r, v in zip(runs, values, strict=True)}
     if "subset" in out:
         common = frozenset.intersection(*[p["subset"] for p in protocols])
@@ -345,13 +344,17 @@ def protocol_differences(runs: list[Run]) -> dict[str, dict[str, str]]:
     return out
 
 
+def _agree(key: str, values: list) -> bool:
+    """Whether runs' values of protocol ``key`` agree (for :data:`RECORDED_LATER`: those that record it)."""
+    known = [v for v in values if v is not None] if key in RECORDED_LATER else values
+    return all(v == known[0] for v in known[1:])
+
+
 def same_inputs(a: Run, b: Run) -> bool:
     """Whether two runs certified the same inputs: the same idx set, and the same dataset and inputs hash
     where both record them (a paired verdict needs this even when ``--allow-mismatch`` reports the rest)."""
     pa, pb = a.protocol(), b.protocol()
-    return pa["subset"] == pb["subset"] and all(
-        pa[key] is None or pb[key] is None or pa[key] == pb[key] for key in RECORDED_LATER
-    )
+    return all(_agree(key, [pa[key], pb[key]]) for key in ("subset", *RECORDED_LATER))
 
 
 def unverified_keys(runs: list[Run]) -> list[str]:
@@ -362,9 +365,10 @@ def unverified_keys(runs: list[Run]) -> list[str]:
 def partly_unverified(runs: list[Run]) -> dict[str, list[str]]:
     """``{key: labels}``: keys of :data:`RECORDED_LATER` that some runs record and the labelled ones do not,
     so they are not verified for those."""
+    protocols = [r.protocol() for r in runs]
     out = {}
     for key in RECORDED_LATER:
-        missing = [r.label for r in runs if r.protocol()[key] is None]
+        missing = [r.label for r, p in zip(runs, protocols, strict=True) if p[key] is None]
         if missing and len(missing) < len(runs):
             out[key] = missing
     return out
@@ -375,13 +379,18 @@ NOISE_KEY = "noise"
 the same ball on the same inputs compare as certificates of that ball (Yang et al., ICML 2020, Section 5)."""
 
 
+def incomparable(differences: dict, compare_noises: bool) -> dict:
+    """The protocol differences that make runs incomparable: all, or all but the noise (compare_noises)."""
+    return {k: v for k, v in differences.items() if not (compare_noises and k == NOISE_KEY)}
+
+
 def check_protocol(
     runs: list[Run], allow_mismatch: bool = False, compare_noises: bool = False
 ) -> dict[str, dict[str, str]]:
     """Return :func:`protocol_differences`; raise :class:`ProtocolMismatchError` on any unless allowed
     (``allow_mismatch``: all of them; ``compare_noises``: a different noise, everything else the same)."""
     differences = protocol_differences(runs)
-    refused = {k: v for k, v in differences.items() if not (compare_noises and k == NOISE_KEY)}
+    refused = incomparable(differences, compare_noises)
     if refused and not allow_mismatch:
         detail = "; ".join(
             f"{key}: " + ", ".join(f"{label}: {value}" for label, value in values.items())

@@ -22,6 +22,7 @@ from rs_lightning.analysis.compare import (
     default_radii,
     dominance,
     dominance_matrix,
+    incomparable,
     partly_unverified,
     sigma_groups,
     unverified_keys,
@@ -63,16 +64,11 @@ def _norm(run: Run) -> str:
     return noise + f"{run.norm} (d={run.dim}" + (f", from {source})" if source else ")")
 
 
-def _mismatch(differences: dict, compare_noises: bool) -> dict:
-    """The differences that make the runs incomparable (all but the noise with ``--compare-noises``)."""
-    return {k: v for k, v in differences.items() if not (compare_noises and k == NOISE_KEY)}
-
-
 def _protocol_section(
     runs: list[Run], differences: dict, notes: list[str], compare_noises: bool = False
 ) -> list[str]:
     out = []
-    if mismatch := _mismatch(differences, compare_noises):
+    if mismatch := incomparable(differences, compare_noises):
         out += [
             "> **⚠ PROTOCOL MISMATCH (--allow-mismatch): these runs were certified under different protocols "
             f"({', '.join(mismatch)}); their numbers are not comparable. See the `protocol` column.**",
@@ -318,7 +314,7 @@ def report(
     differences = check_protocol(runs, allow_mismatch, compare_noises)
     folder = prepare_out(out, overwrite)
     radii = list(radii) if radii else default_radii(runs)
-    reference = runs[0] if _mismatch(differences, compare_noises) else None
+    reference = runs[0] if incomparable(differences, compare_noises) else None
     table = comparison_table(runs, radii, reference=reference)
     uncertainty = {run.label: run_uncertainty(run, radii, beta) for run in runs}
     for row in table:
