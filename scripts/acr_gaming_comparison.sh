@@ -26,6 +26,7 @@ wait_all
 [ "$REPORTS" = none ] && exit 0
 mkdir -p "$REPORTS"
 for s in 025 050; do
-  $PY -m rs_lightning.cli.report "$ARCHIVE"/*_s$s --out "$REPORTS/sigma$s" --overwrite \
+  runs=("$ARCHIVE"/*_s$s); for r in "$ARCHIVE"/*_s${s}_seed*; do [ -d "$r" ] && runs+=("$r"); done  # every seed
+  $PY -m rs_lightning.cli.report "${runs[@]}" --out "$REPORTS/sigma$s" --overwrite \
     --budgets 100 1000 10000 100000 1000000
 done

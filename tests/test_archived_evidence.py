@@ -21,9 +21,12 @@ SEQUENTIAL = RESULTS / "sequential"
 @pytest.mark.parametrize("sigma", ["025", "050"])
 def test_the_structured_mnist_reports_rebuild_from_their_rows(tmp_path, sigma):
     """scripts/acr_gaming_comparison.sh's report of every archived run at one σ."""
-    runs = sorted(
-        str(p.relative_to(REPO)) for p in (STRUCTURED / "runs").glob(f"*_s{sigma}")
-    )  # as the script
+    folder = STRUCTURED / "runs"  # as the script: every seed of every run at this σ
+    runs = [
+        str(p.relative_to(REPO))
+        for pattern in (f"*_s{sigma}", f"*_s{sigma}_seed*")
+        for p in sorted(folder.glob(pattern))
+    ]
     assert len(runs) >= 6
     budgets = ["--budgets", "100", "1000", "10000", "100000", "1000000"]
     done = run_script("-m rs_lightning.cli.report", *runs, "--out", str(tmp_path), *budgets, timeout=600)
