@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.errors import InstantiationException
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -117,11 +118,15 @@ def exit_if_run_dir_unwritable(argv: Sequence[str], keys: Sequence[str] = RUN_DI
     """Hydra creates its run folder before the entry point runs, so a folder it cannot create ended in a
     Hydra traceback: check each folder given on the command line under ``keys`` first (up to its first
     ``${...}``: the folder holding the interpolated part); one line ``error: ...`` and status 2 if not."""
+    parser = OverridesParser.create()
     for arg in argv:
-        key, sep, value = arg.lstrip("+").partition("=")
-        if not sep or key not in keys:
-            continue
-        value = _unquoted(value)
+        try:  # the value as Hydra reads it: unquoted, unescaped (Lightning's DDP subprocess command passes
+            override = parser.parse_override(arg)  # hydra.run.dir="<dir>"; taken literally, a folder "<dir>")
+        except HydraException:
+            continue  # not an override (-m, --cfg), or one Hydra reports itself
+        key, value = override.key_or_group, override.value()
+        if key not in keys or override.is_delete() or not isinstance(value, str):
+            continue  # a sweep, null or number: not a folder this check can name
         folder = value if "${" not in value else os.path.dirname(value.split("${", 1)[0])
         if not folder:
             continue
@@ -130,15 +135,6 @@ def exit_if_run_dir_unwritable(argv: Sequence[str], keys: Sequence[str] = RUN_DI
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
-
-
-def _unquoted(value: str) -> str:
-    """An override's value as Hydra reads it: without the quotes around a quoted string (Lightning's DDP
-    subprocess command passes ``hydra.run.dir="<dir>"``; taken literally, a folder named ``"<dir>"`` was
-    created in the working directory)."""
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-        return value[1:-1]
-    return value
 
 
 def require_writable_dir(path: str | os.PathLike, key: str, value: Any = None) -> Path:
