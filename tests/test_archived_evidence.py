@@ -18,6 +18,17 @@ STRUCTURED = RESULTS / "mnist_structured"
 SEQUENTIAL = RESULTS / "sequential"
 
 
+REPORT_FILES = ["report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv"]
+
+
+def assert_report_rebuilds(args: list[str], committed, out) -> None:
+    """``python -m rs_lightning.cli.report ARGS --out OUT`` writes the committed folder's report files."""
+    done = run_script("-m rs_lightning.cli.report", *args, "--out", str(out), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    match, mismatch, errors = filecmp.cmpfiles(committed, out, REPORT_FILES, shallow=False)
+    assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
+
+
 @pytest.mark.parametrize("sigma", ["025", "050"])
 def test_the_structured_mnist_reports_rebuild_from_their_rows(tmp_path, sigma):
     """scripts/acr_gaming_comparison.sh's report of every archived run at one σ."""
@@ -29,12 +40,7 @@ def test_the_structured_mnist_reports_rebuild_from_their_rows(tmp_path, sigma):
     ]
     assert len(runs) >= 6
     budgets = ["--budgets", "100", "1000", "10000", "100000", "1000000"]
-    done = run_script("-m rs_lightning.cli.report", *runs, "--out", str(tmp_path), *budgets, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    committed = STRUCTURED / f"sigma{sigma}"
-    names = ["report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv"]
-    match, mismatch, errors = filecmp.cmpfiles(committed, tmp_path, names, shallow=False)
-    assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
+    assert_report_rebuilds([*runs, *budgets], STRUCTURED / f"sigma{sigma}", tmp_path)
 
 
 def reproduction_reports() -> list[str]:
@@ -47,12 +53,7 @@ def test_the_published_schedule_reports_rebuild_from_their_rows(tmp_path, name):
     Gaussian/Consistency pair of issue 24), and each run against its published row."""
     folder = RESULTS / "mnist_reproduction" / name
     runs = sorted(str(p.relative_to(REPO)) for p in (folder / "runs").iterdir())  # as the script's glob
-    budgets = ["--budgets", "1000", "10000", "100000"]
-    done = run_script("-m rs_lightning.cli.report", *runs, "--out", str(tmp_path), *budgets, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    names = ["report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv"]
-    match, mismatch, errors = filecmp.cmpfiles(folder, tmp_path, names, shallow=False)
-    assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
+    assert_report_rebuilds([*runs, "--budgets", "1000", "10000", "100000"], folder, tmp_path)
 
 
 def sequential_models() -> list[str]:
@@ -86,12 +87,7 @@ def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path, name):
     """scripts/noise_comparison.sh's report: Gaussian, Laplace and uniform training noise, L1 radii."""
     folder = RESULTS / "noises" / name
     runs = [str((folder / "runs" / noise).relative_to(REPO)) for noise in ("gaussian", "laplace", "uniform")]
-    args = [*runs, "--compare-noises", "--out", str(tmp_path)]
-    done = run_script("-m rs_lightning.cli.report", *args, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    names = ["report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv"]
-    match, mismatch, errors = filecmp.cmpfiles(folder, tmp_path, names, shallow=False)
-    assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
+    assert_report_rebuilds([*runs, "--compare-noises"], folder, tmp_path)
     # and the paired differences the docs quote, as the script writes them
     gaussian, laplace, uniform = runs
     radii = ["0", "0.5", "1", "1.5", "2"]
