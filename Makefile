@@ -20,11 +20,14 @@ demo: $(STAMP)
 	$(PY) certify.py checkpoint=$(DEMO_DIR)/train/checkpoints/last.ckpt n=10000 \
 		hydra.run.dir=$(DEMO_DIR)/certify
 
+# pytest-xdist: one worker per core, at most 4 (tests/conftest.py shares the session fixtures and the cores)
+XDIST := -n auto --maxprocesses 4
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q -m ''
+	$(PY) -m pytest -q $(XDIST) -m ''
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
