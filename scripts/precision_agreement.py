@@ -6,7 +6,8 @@
 ``samples``: for ``--inputs`` test inputs (every ``--skip``-th, default evenly spaced) draws ``--samples``
 noisy copies from certify.py's own estimation noise stream (seed 0) and classifies each copy with the fp32
 network and at every ``--settings`` (``bf16``, ``bf16+cl`` = bf16 with channels_last, ``fp32+cl``):
-the share of noisy samples whose predicted class differs, and how many inputs see any difference.
+the share of noisy samples whose predicted class differs, how many inputs see any difference, and per input
+(``idx``, ``per_input``: that input's count of differing samples per setting) the rows behind those sums.
 ``runs``: compares two certify.py folders certified on the same inputs (e.g. precision=32 and bf16): how many
 certified results change (class, abstention, radius) and by how much. Prints JSON. Used for the README.
 """
@@ -46,8 +47,7 @@ def sample_agreement(
     )
     sigma = float(meta.sigma)
     others = {name: BaseClassifier(model, **SETTINGS[name]) for name in settings}
-    differ = {name: 0 for name in settings}
-    inputs_differ = {name: 0 for name in settings}
+    per_input = {name: [] for name in settings}
     generator = torch.Generator()
     for index in indices:
         x = dataset[index][0]
@@ -62,8 +62,7 @@ def sample_agreement(
                 for name, other in others.items():
                     seen[name] += int((other(part).argmax(1) != reference).sum())
         for name in settings:
-            differ[name] += seen[name]
-            inputs_differ[name] += int(seen[name] > 0)
+            per_input[name].append(seen[name])
     total = len(indices) * samples
     return {
         "checkpoint": checkpoint,
@@ -73,12 +72,14 @@ def sample_agreement(
         "noise": "certify.py estimation stream, seed 0",
         "settings": {
             name: {
-                "samples_with_another_class": differ[name],
-                "share": differ[name] / total,
-                "inputs_with_any_difference": inputs_differ[name],
+                "samples_with_another_class": sum(per_input[name]),
+                "share": sum(per_input[name]) / total,
+                "inputs_with_any_difference": sum(count > 0 for count in per_input[name]),
             }
             for name in settings
         },
+        "idx": [int(i) for i in indices],
+        "per_input": per_input,
     }
 
 

@@ -45,6 +45,10 @@ def test_precision_agreement_on_noisy_samples(trained_digits, capsys):
             0 <= setting["share"] <= 0.05 and setting["share"] == setting["samples_with_another_class"] / 1800
         )
         assert setting["inputs_with_any_difference"] <= 6
+        counts = out["per_input"][name]  # the per-input rows the docs' sums come from
+        assert len(counts) == 6 and all(0 <= c <= 300 for c in counts)
+        assert sum(counts) == setting["samples_with_another_class"]
+    assert len(set(out["idx"])) == 6
     assert '"bf16"' in capsys.readouterr().out
 
 
