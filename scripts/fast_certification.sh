@@ -8,7 +8,7 @@
 #     channels_last, against its fp32 IAS and ISS runs
 #   - LeNet on the 4k/1k CIFAR-10 subset, Gaussian sigma = 0.25: ISS against IAS from the fp32 runs only
 #   bash scripts/fast_certification.sh            # OUT=... PY=... RS_SHARED_DATA=... to change paths
-#   STAGE=compare|headline|samples|tables bash scripts/fast_certification.sh   # one stage
+#   STAGE=train|compare|headline|samples|tables bash scripts/fast_certification.sh   # one stage
 # Stage "compare" runs one process per certification with one thread; stage "headline" runs the two timed
 # runs back to back with 2 threads and must have the machine to itself (HEADLINE_SKIP=200: every 4th input,
 # 50). Every certify.py run is resumable (rerun the script); finished runs are skipped. Each run's per-input
@@ -38,9 +38,12 @@ certify_archived() {  # certify_archived THREADS MODEL NAME OVERRIDES...: certif
   [ "${DRY_RUN:-0}" = 1 ] || archive_run "$OUT/certify/$2/$3" "$ARCHIVE/$2/$3"
 }
 
-stage_compare() {
+stage_train() {  # the MNIST model (skipped when its train.done is there)
   train mnist_lenet_s050 experiment=cohen_mnist_sigma050 data=npz data.path="$DATA/mnist.npz" \
     optim.max_epochs=15 optim.scheduler.step_size=5
+}
+
+stage_compare() {
   certify_archived 1 mnist_lenet_s050 ias_bf16 $MNIST $FAST
   certify_archived 1 mnist_lenet_s050 iss_ad005_bf16 $MNIST $FAST $ISS005
   certify_archived 1 mnist_lenet_s050 iss_ad010_bf16 $MNIST $FAST $ISS010
@@ -75,6 +78,7 @@ stage_tables() {  # from archived rows only
 }
 
 if [ -n "${STAGE:-}" ]; then "stage_$STAGE"; exit 0; fi
+stage_train
 stage_compare
 stage_headline
 stage_samples
