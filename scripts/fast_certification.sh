@@ -55,10 +55,16 @@ stage_headline() {  # the machine to itself: fp32 IAS, then bf16 + ISS AD 0.05, 
   certify_archived 2 mnist_lenet_s050 headline_iss_ad005_bf16 $inputs $FAST $ISS005
 }
 
-stage_samples() {  # from the checkpoint: per noisy sample of certify.py's estimation stream, per input
-  OMP_NUM_THREADS=1 run_step $PY scripts/precision_agreement.py samples \
-    "$OUT/train/mnist_lenet_s050/checkpoints/last.ckpt" --inputs 200 --skip 50 --samples 1000 \
-    --settings bf16 bf16+cl fp32+cl > "$TABLES/agreement_samples_mnist.json"
+stage_samples() {  # from the finished training's checkpoint: per noisy sample of certify.py's estimation
+  # stream, per input
+  local train="$OUT/train/mnist_lenet_s050"
+  if [ ! -f "$train/train.done" ] && [ "${DRY_RUN:-0}" != 1 ]; then
+    echo "error: mnist_lenet_s050 has not finished training ($train/train.done is missing); train it first" >&2
+    return 1
+  fi
+  OMP_NUM_THREADS=1 run_step $PY scripts/precision_agreement.py samples "$train/checkpoints/last.ckpt" \
+    --inputs 200 --skip 50 --samples 1000 --settings bf16 bf16+cl fp32+cl \
+    --out "$TABLES/agreement_samples_mnist.json"
 }
 
 stage_tables() {  # from archived rows only

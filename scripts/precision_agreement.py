@@ -1,6 +1,7 @@
 """How much reduced precision changes the base classifier: argmax agreement on noisy inputs, certified rows.
 
     python scripts/precision_agreement.py samples CHECKPOINT [--inputs 100] [--samples 1000] [--skip K]
+                                          [--out FILE]
     python scripts/precision_agreement.py runs FP32_RUN OTHER_RUN
 
 ``samples``: for ``--inputs`` test inputs (every ``--skip``-th, default evenly spaced) draws ``--samples``
@@ -15,8 +16,10 @@ certified results change (class, abstention, radius) and by how much. Prints JSO
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -66,6 +69,7 @@ def sample_agreement(
     total = len(indices) * samples
     return {
         "checkpoint": checkpoint,
+        "checkpoint_sha256": hashlib.sha256(Path(checkpoint).read_bytes()).hexdigest(),
         "sigma": sigma,
         "inputs": len(indices),
         "samples_per_input": samples,
@@ -116,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     samples.add_argument("--skip", type=int, default=None)
     samples.add_argument("--batch-size", type=int, default=1000)
     samples.add_argument("--settings", nargs="+", default=["bf16", "bf16+cl"], choices=list(SETTINGS))
+    samples.add_argument("--out", default=None, help="write the JSON to this file instead of stdout")
     runs = sub.add_parser("runs")
     runs.add_argument("reference")
     runs.add_argument("other")
@@ -126,8 +131,12 @@ def main(argv: list[str] | None = None) -> dict:
         )
     else:
         out = run_agreement(args.reference, args.other)
-    json.dump(out, sys.stdout, indent=2)
-    print()
+    text = json.dumps(out, indent=2) + "\n"
+    if getattr(args, "out", None):
+        with open(args.out, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
     return out
 
 

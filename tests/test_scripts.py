@@ -35,7 +35,7 @@ def test_precision_agreement_compares_runs_row_by_row(tmp_path):
     assert out["class_or_abstention_changed"] == 1 and out["max_radius_change"] == pytest.approx(0.05)
 
 
-def test_precision_agreement_on_noisy_samples(trained_digits, capsys):
+def test_precision_agreement_on_noisy_samples(trained_digits, capsys, tmp_path):
     out = agreement("samples", str(trained_digits["checkpoint"]), "--inputs", "6", "--samples", "300",
                     "--settings", "bf16", "fp32+cl")  # fmt: skip
     assert out["inputs"] == 6 and out["samples_per_input"] == 300
@@ -50,6 +50,10 @@ def test_precision_agreement_on_noisy_samples(trained_digits, capsys):
         assert sum(counts) == setting["samples_with_another_class"]
     assert len(set(out["idx"])) == 6
     assert '"bf16"' in capsys.readouterr().out
+    written = tmp_path / "samples.json"  # --out: the file holds the JSON alone (no command echo mixed in)
+    checkpoint = str(trained_digits["checkpoint"])
+    agreement("samples", checkpoint, "--inputs", "2", "--samples", "100", "--out", str(written))
+    assert json.loads(written.read_text())["inputs"] == 2 and capsys.readouterr().out == ""
 
 
 ISS_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "iss_comparison.py"
