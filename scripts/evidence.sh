@@ -27,14 +27,18 @@ train_run() {  # train_run DIR OVERRIDES...: train.py "OVERRIDES" into DIR, then
   [ "${DRY_RUN:-0}" = 1 ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/train.done"
 }
 
+require_trained() {  # require_trained TRAIN_DIR: status 1 with a one-line error unless its training finished
+  if [ ! -f "$1/train.done" ] && [ "${DRY_RUN:-0}" != 1 ]; then
+    echo "error: $(basename "$1") has not finished training ($1/train.done is missing); train it first" >&2
+    return 1
+  fi
+}
+
 certify_run() {  # certify_run TRAIN_DIR OUT_DIR OVERRIDES...: certify.py on TRAIN_DIR's last.ckpt (CHECKPOINT=
   # another file name in TRAIN_DIR/checkpoints, e.g. epoch089.ckpt: the same weights) into OUT_DIR
   local train=$1 dir=$2
   shift 2
-  if [ ! -f "$train/train.done" ] && [ "${DRY_RUN:-0}" != 1 ]; then
-    echo "error: $(basename "$train") has not finished training ($train/train.done is missing); train it first" >&2
-    return 1
-  fi
+  require_trained "$train" || return
   if [ -f "$dir/summary.json" ]; then
     echo "# certification in $dir is finished ($dir/summary.json): skipped"
     return 0

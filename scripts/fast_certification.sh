@@ -27,7 +27,6 @@ FP32=${FP32:-docs/results/sequential/runs}   # scripts/sequential_certification.
 mkdir -p "$TABLES"
 
 MNIST="data=npz data.path=$DATA/mnist.npz skip=50"            # idx 0, 50, ..., 9950: 200 inputs
-CIFAR="data=npz data.path=$DATA/cifar10_subset.npz skip=5"    # idx 0, 5, ..., 995: 200 inputs
 FAST="precision=bf16 channels_last=true"
 ISS005="sampling=iss iss.decline=ad iss.max_decline=0.05"
 ISS010="sampling=iss iss.decline=ad iss.max_decline=0.1"
@@ -58,10 +57,7 @@ stage_headline() {  # the machine to itself: fp32 IAS, then bf16 + ISS AD 0.05, 
 stage_samples() {  # from the finished training's checkpoint: per noisy sample of certify.py's estimation
   # stream, per input
   local train="$OUT/train/mnist_lenet_s050"
-  if [ ! -f "$train/train.done" ] && [ "${DRY_RUN:-0}" != 1 ]; then
-    echo "error: mnist_lenet_s050 has not finished training ($train/train.done is missing); train it first" >&2
-    return 1
-  fi
+  require_trained "$train" || return
   OMP_NUM_THREADS=1 run_step $PY scripts/precision_agreement.py samples "$train/checkpoints/last.ckpt" \
     --inputs 200 --skip 50 --samples 1000 --settings bf16 bf16+cl fp32+cl \
     --out "$TABLES/agreement_samples_mnist.json"

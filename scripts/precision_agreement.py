@@ -16,7 +16,6 @@ certified results change (class, abstention, radius) and by how much. Prints JSO
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rs_lightning.analysis.compare import load_run
+from rs_lightning.cli.certify import file_sha256
 from rs_lightning.cli.common import checkpoint_datamodule
 from rs_lightning.data.subset import evenly_spaced, subset_indices
 from rs_lightning.models.checkpoint import load_classifier
@@ -69,7 +69,7 @@ def sample_agreement(
     total = len(indices) * samples
     return {
         "checkpoint": checkpoint,
-        "checkpoint_sha256": hashlib.sha256(Path(checkpoint).read_bytes()).hexdigest(),
+        "checkpoint_sha256": file_sha256(Path(checkpoint)),
         "sigma": sigma,
         "inputs": len(indices),
         "samples_per_input": samples,

@@ -44,7 +44,8 @@ from rs_lightning.validation import ConfigError, require_at_least, require_posit
 from .common import check_trainer_config, checkpoint_datamodule, plain, require_writable_dir, resolve_device
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes (read in 1 MiB chunks): what ``settings.json`` records of a checkpoint."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -337,7 +338,7 @@ def plan_run(cfg: DictConfig) -> CertificationPlan:
         tf32=tf32_settings(record_device),
         subset={"skip": cfg.skip, "start": cfg.start, "max": cfg.max, "num_inputs": len(indices)},
         checkpoint=None if checkpoint is None else str(checkpoint.resolve()),
-        checkpoint_sha256=None if checkpoint is None else _sha256(checkpoint),
+        checkpoint_sha256=None if checkpoint is None else file_sha256(checkpoint),
         model=meta.model,
         method=meta.training_method,
         train_seed=meta.seed,

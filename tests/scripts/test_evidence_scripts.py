@@ -110,6 +110,7 @@ def test_certify_refuses_a_run_without_train_done_in_one_line(tmp_path):
     ("script", "env", "trained"),
     [
         ("fast_certification.sh", {"STAGE": "headline"}, "train/mnist_lenet_s050"),
+        ("fast_certification.sh", {"STAGE": "samples"}, "train/mnist_lenet_s050"),
         ("sequential_certification.sh", {"STAGE": "certify"}, "train/mnist_lenet_s025"),
         ("noise_comparison.sh", {"STAGE": "certify"}, "train/gaussian"),
         ("ars_clutter.sh", {"STAGE": "certify", "RUNS": "ars"}, "ars/train"),
