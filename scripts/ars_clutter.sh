@@ -3,16 +3,19 @@
 # canvases with fragments of other digits; data=cluttered_mnist), sigma = 0.5: ARS's vanilla baseline
 # (Gaussian noise), its static-mask baseline and ARS itself, trained on one recipe and certified in
 # L-infinity on the same materialized test images with one protocol; then the report, the paired CIs and
-# the mask PNG for docs/results.md.
-#   OUT=/work/runs/ars_clutter bash scripts/ars_clutter.sh        (STAGE=train|certify|report, RUNS="...")
+# the mask PNG for docs/results.md. Stage report archives each run's per-input rows (certify.tsv,
+# settings.json, summary.json) under $ARCHIVE and builds the report and paired CIs from them (stage tables,
+# which tests/test_archived_evidence.py runs), then draws the masks from the checkpoints.
+#   OUT=/work/runs/ars_clutter bash scripts/ars_clutter.sh   (STAGE=train|certify|report|tables, RUNS="...")
 # Schedule: the experiments' 90-epoch recipe (conf/experiment/ars*_cluttered_mnist_sigma050.yaml) scaled by
 # 1/30 with its structure kept: 9 short epochs, each a fresh random third of the training canvases (LIMIT,
 # trainer.limit_train_batches: 78 of 235 batches; 3 passes in all), the classifier's StepLR(30, x0.1) ->
 # StepLR(3) and the mask's StepLR(30, x0.5) -> StepLR(3), drops after epochs 3 and 6 (ARS's train.py timing).
-# (One ARS step costs ~4x a vanilla one on this CPU: the full 9 passes would take ~3 CPU hours for ARS alone.) Certification: ARS's own alpha = 0.05
-# and n0 = 100 (its src/certify.py), n = 1,000 (reference 50,000; cut for the CPU, where one ARS sample costs
-# 3.7 vanilla ones, bench/results/ars_cost.json; the largest certifiable r_inf is then 0.0245 instead of
-# 0.034) on 500 test canvases (skip=20), L-infinity radii (norm=linf).
+# (One ARS step costs ~4x a vanilla one on this CPU: the full 9 passes would take ~3 CPU hours for ARS
+# alone.) Certification: ARS's own alpha = 0.05 and n0 = 100 (its src/certify.py), n = 1,000 (reference
+# 50,000; cut for the CPU, where one ARS sample costs 3.7 vanilla ones, bench/results/ars_cost.json; the
+# largest certifiable r_inf is then 0.0245 instead of 0.034) on 500 test canvases (skip=20), L-infinity
+# radii (norm=linf).
 # Each process has one thread; every stage skips finished work, so a rerun resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +25,7 @@ DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/ars_clutter}
 RUNS=${RUNS:-"ars_vanilla ars_static ars"}
 REPORTS=${REPORTS:-docs/results/ars_clutter}
+ARCHIVE=${ARCHIVE:-docs/results/ars_clutter/runs}  # per-input rows: the tables rebuild from them alone
 EPOCHS=${EPOCHS:-9}
 STEP=${STEP:-3}
 LIMIT=${LIMIT:-0.3333}
@@ -43,21 +47,32 @@ certify() {  # certify RUN on the common protocol: certify_run (only a finished 
 
 train_and_certify() { train "$1"; certify "$1"; }
 
-report() {
+archive() {  # the finished certifications' per-input rows into $ARCHIVE (scripts/evidence.sh archive_run)
+  for run in ars ars_static ars_vanilla; do archive_run "$OUT/$run/certify" "$ARCHIVE/$run"; done
+}
+
+tables() {  # the report and the paired CIs from the archived rows alone (tests/test_archived_evidence.py)
   mkdir -p "$REPORTS"
-  $PY -m rs_lightning.cli.report "$OUT"/*/certify --out "$REPORTS" --overwrite --budgets 100 1000 10000 50000
-  $PY -m rs_lightning.cli.report paired "$OUT/ars/certify" "$OUT/ars_vanilla/certify" "$OUT/ars_static/certify" \
+  $PY -m rs_lightning.cli.report "$ARCHIVE"/{ars,ars_static,ars_vanilla} --out "$REPORTS" --overwrite \
+    --budgets 100 1000 10000 50000
+  $PY -m rs_lightning.cli.report paired "$ARCHIVE"/{ars,ars_vanilla,ars_static} \
     --radii 0 0.001 0.002 0.0039216 0.0078431 0.0117647 > "$REPORTS/paired_differences.txt"
+}
+
+masks() {  # the learned masks (these need the checkpoints)
   $PY scripts/ars_masks.py "$OUT/ars/train/checkpoints/last.ckpt" \
     --out "$REPORTS/masks_ars.png" --inputs 6 --skip 1000
   $PY scripts/ars_masks.py "$OUT/ars_static/train/checkpoints/last.ckpt" \
     --out "$REPORTS/mask_static.png" --inputs 1
 }
 
+report() { archive; tables; masks; }
+
 case "${STAGE:-all}" in
   train) for run in $RUNS; do in_background "$OUT/$run.train.log" train "$run"; done; wait_all ;;
   certify) for run in $RUNS; do in_background "$OUT/$run.certify.log" certify "$run"; done; wait_all ;;
   report) report ;;
+  tables) tables ;;
   all)
     for run in $RUNS; do in_background "$OUT/$run.log" train_and_certify "$run"; done
     wait_all

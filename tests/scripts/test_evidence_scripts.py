@@ -226,3 +226,28 @@ def test_fast_certification_archives_every_run_it_certifies(tmp_path):
     names = ("ias_bf16", "iss_ad005_bf16", "iss_ad010_bf16", "headline_ias_fp32", "headline_iss_ad005_bf16")
     assert len(certified) == 5 and [str(r) for r in runs] == sorted(f"mnist_lenet_s050/{r}" for r in names)
     assert all((tmp_path / "archive" / r / "certify.tsv").is_file() for r in runs)
+
+
+def test_the_ars_clutter_report_is_built_from_archived_rows(tmp_path):
+    """scripts/ars_clutter.sh STAGE=report (issue 26 item 5): each run's rows go to $ARCHIVE/<run> and the
+    report and the paired CIs read them there, so tests/test_archived_evidence.py can rebuild both from the
+    repository. Catches a report built from the rows outside the repository (it used to be)."""
+    runs = ("ars", "ars_static", "ars_vanilla")
+    for run in runs:
+        folder = tmp_path / "out" / run / "certify"
+        folder.mkdir(parents=True)
+        for name in ("certify.tsv", "settings.json", "summary.json"):
+            (folder / name).write_text(run)
+    result, calls = run_script(tmp_path, "ars_clutter.sh", STAGE="report")
+    assert result.returncode == 0, result.stderr
+    archive = tmp_path / "archive"
+    assert [(archive / run / "certify.tsv").read_text() for run in runs] == list(runs)
+    report, paired = calls[0], calls[1]
+    assert report[:5] == ["-m", "rs_lightning.cli.report", *(str(archive / run) for run in runs)]
+    assert paired[:6] == [
+        "-m",
+        "rs_lightning.cli.report",
+        "paired",
+        *(str(archive / r) for r in ("ars", "ars_vanilla", "ars_static")),
+    ]
+    assert [call[0] for call in calls[2:]] == ["scripts/ars_masks.py"] * 2  # the masks: from checkpoints
