@@ -29,6 +29,7 @@ ARCHIVE=${ARCHIVE:-docs/results/ars_clutter/runs}  # per-input rows: the tables 
 EPOCHS=${EPOCHS:-9}
 STEP=${STEP:-3}
 LIMIT=${LIMIT:-0.3333}
+RADII="0 0.001 0.002 0.0039216 0.0078431 0.0117647"   # the paired CIs' L-infinity radii (1/255 = 0.0039216)
 CERTIFY=${CERTIFY:-"norm=linf n0=100 n=1000 alpha=0.05 skip=20 batch_size=1000 seed=0"}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT"
@@ -56,14 +57,16 @@ tables() {  # the report and the paired CIs from the archived rows alone (tests/
   $PY -m rs_lightning.cli.report "$ARCHIVE"/{ars,ars_static,ars_vanilla} --out "$REPORTS" --overwrite \
     --budgets 100 1000 10000 50000
   $PY -m rs_lightning.cli.report paired "$ARCHIVE"/{ars,ars_vanilla,ars_static} \
-    --radii 0 0.001 0.002 0.0039216 0.0078431 0.0117647 > "$REPORTS/paired_differences.txt"
+    --radii $RADII > "$REPORTS/paired_differences.txt"
+  $PY -m rs_lightning.cli.report paired "$ARCHIVE"/{ars_static,ars_vanilla} \
+    --radii $RADII > "$REPORTS/paired_static_vanilla.txt"
 }
 
-masks() {  # the learned masks (these need the checkpoints)
+masks() {  # the learned masks, and beside each PNG its numbers (mask mean, sigma2): these need the checkpoints
   $PY scripts/ars_masks.py "$OUT/ars/train/checkpoints/last.ckpt" \
-    --out "$REPORTS/masks_ars.png" --inputs 6 --skip 1000
+    --out "$REPORTS/masks_ars.png" --inputs 6 --skip 1000 > "$REPORTS/masks_ars.txt"
   $PY scripts/ars_masks.py "$OUT/ars_static/train/checkpoints/last.ckpt" \
-    --out "$REPORTS/mask_static.png" --inputs 1
+    --out "$REPORTS/mask_static.png" --inputs 1 > "$REPORTS/mask_static.txt"
 }
 
 report() { archive; tables; masks; }

@@ -6,7 +6,8 @@ One row per test image (idx 0, skip, 2·skip, …, of the checkpoint's own test 
 the first query m₁ = x + σ₁ε₁ (all the mask network sees), the mask w = mask(m₁) in [0, 1], and the
 averaged input x̂ the classifier reads, with the per-image σ₂ in the title. The noise is the certification
 stream of input idx (seed, idx, estimation phase, first block), so the figure shows draws certify.py uses.
-Errors: one line ``error: …``, exit status 2.
+Standard output: one line per image with the numbers in its titles (mask mean, σ₂), which docs/results.md
+quotes (scripts/ars_clutter.sh keeps them beside the PNG). Errors: one line ``error: …``, exit status 2.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from rs_lightning.smoothing.noise import standard_noise_block  # noqa: E402
 
 
 def mask_figure(pipeline: AdaptiveSmoothing, dataset, indices: list[int], seed: int = 0):
-    """The figure: columns x, m₁, w, x̂ for each idx."""
+    """The figure (columns x, m₁, w, x̂ for each idx) and one line per idx with its mask mean and σ₂."""
     shape = tuple(dataset[indices[0]][0].shape)
     fig, axes = plt.subplots(len(indices), 4, figsize=(8, 2.1 * len(indices)), squeeze=False)
+    lines = []
     s1, s2_base = query_sigmas(pipeline.sigma, pipeline.first_query_budget_frac)
     for row, idx in zip(axes, indices, strict=True):
         x, label = dataset[idx]
@@ -46,6 +48,8 @@ def mask_figure(pipeline: AdaptiveSmoothing, dataset, indices: list[int], seed: 
         panels = [(x, f"idx {idx} (label {label})"), (m1[0], "first query m₁" if pipeline.mode == "ars" else
                   "(no first query)"), (w[0], f"mask w (mean {float(w.mean()):.2f})"),
                   (x_hat[0], "x̂" + (f" (σ₂ = {s2:.3f})" if s2 is not None else ""))]  # fmt: skip
+        lines.append(f"idx {idx} label {label}: mask mean {float(w.mean()):.4f}"
+                     + (f", sigma2 {s2:.4f}" if s2 is not None else ""))  # fmt: skip
         for ax, (image, title) in zip(row, panels, strict=True):
             array = image.clamp(0, 1).permute(1, 2, 0).squeeze(-1).numpy()
             ax.imshow(array, cmap="gray" if array.ndim == 2 else None, vmin=0, vmax=1)
@@ -54,7 +58,7 @@ def mask_figure(pipeline: AdaptiveSmoothing, dataset, indices: list[int], seed: 
     fig.suptitle(f"ARS ({pipeline.mode}), σ = {pipeline.sigma:g}, f = {pipeline.first_query_budget_frac:g}",
                  fontsize=9)  # fmt: skip
     fig.tight_layout()
-    return fig
+    return fig, lines
 
 
 def main(argv=None) -> int:
@@ -76,11 +80,12 @@ def main(argv=None) -> int:
         dataset = data.dataset("test")
         indices = [i * args.skip for i in range(args.inputs) if i * args.skip < len(dataset)]
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        mask_figure(pipeline.eval(), dataset, indices, args.seed).savefig(args.out, dpi=110)
+        fig, lines = mask_figure(pipeline.eval(), dataset, indices, args.seed)
+        fig.savefig(args.out, dpi=110)
     except (CheckpointError, ValueError, OSError) as err:
         print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
-    print(f"masks: {args.out}")
+    print("\n".join([f"masks: {args.out} ({pipeline.mode}, sigma {pipeline.sigma:g})", *lines]))
     return 0
 
 

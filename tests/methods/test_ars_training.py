@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import runpy
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def overrides(data, method, *extra):
 
 
 @pytest.mark.parametrize("method", ["ars", "ars_static"])
-def test_a_training_step_runs_and_the_checkpoint_certifies_in_linf(tmp_path, tiny16, method):
+def test_a_training_step_runs_and_the_checkpoint_certifies_in_linf(tmp_path, tiny16, method, capsys):
     """train.py method=ars|ars_static writes a checkpoint whose pipeline certify.py rebuilds; norm=null
     certifies it in L∞ with r = σΦ⁻¹(pA_lower)/√d, d = 256, and records norm, d and the pipeline."""
     out = train(train_config(tmp_path / "train", overrides(tiny16, method)))
@@ -81,8 +82,16 @@ def test_a_training_step_runs_and_the_checkpoint_certifies_in_linf(tmp_path, tin
     # the mask figure of docs/results.md draws both kinds (the static mask is a parameter that needs grad)
     masks = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "ars_masks.py"))
     png = tmp_path / "masks.png"
+    capsys.readouterr()
     assert masks["main"]([str(out["checkpoint"]), "--out", str(png), "--inputs", "2", "--skip", "5"]) == 0
     assert png.stat().st_size > 1000
+    lines = capsys.readouterr().out.splitlines()  # the numbers docs/results.md quotes: mask mean (and σ₂)
+    mode = {"ars": "ars", "ars_static": "static"}[method]
+    assert lines[0].startswith(f"masks: {png} ({mode}, sigma "), lines
+    pattern = r"idx (0|5) label \d: mask mean (0|1)\.\d{4}" + (
+        r", sigma2 \d\.\d{4}" if method == "ars" else ""
+    )
+    assert [re.fullmatch(pattern, line) is not None for line in lines[1:]] == [True, True], lines
 
 
 class BNClassifier(nn.Module):

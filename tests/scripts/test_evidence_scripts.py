@@ -242,7 +242,7 @@ def test_the_ars_clutter_report_is_built_from_archived_rows(tmp_path):
     assert result.returncode == 0, result.stderr
     archive = tmp_path / "archive"
     assert [(archive / run / "certify.tsv").read_text() for run in runs] == list(runs)
-    report, paired = calls[0], calls[1]
+    report, paired, static = calls[0], calls[1], calls[2]
     assert report[:5] == ["-m", "rs_lightning.cli.report", *(str(archive / run) for run in runs)]
     assert paired[:6] == [
         "-m",
@@ -250,4 +250,5 @@ def test_the_ars_clutter_report_is_built_from_archived_rows(tmp_path):
         "paired",
         *(str(archive / r) for r in ("ars", "ars_vanilla", "ars_static")),
     ]
-    assert [call[0] for call in calls[2:]] == ["scripts/ars_masks.py"] * 2  # the masks: from checkpoints
+    assert static[3:5] == [str(archive / "ars_static"), str(archive / "ars_vanilla")]
+    assert [call[0] for call in calls[3:]] == ["scripts/ars_masks.py"] * 2  # the masks: from checkpoints
