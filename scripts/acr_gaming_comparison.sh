@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue-4 evidence: the ACR-gaming recipe (Sun et al. 2025 §3.2) against the six methods of
 # scripts/mnist_comparison.sh on full MNIST (LeNet), sigma = 0.25 and 0.5, same reduced schedule and the same
-# certification protocol; then the comparison report and the budget view per sigma. Run it after
+# certification protocol; then the comparison report and the budget view per sigma, and the paired CIs the
+# docs quote (scripts/structured_pairs.py). Run it after
 # scripts/mnist_comparison.sh with the same OUT:  bash scripts/acr_gaming_comparison.sh
 # The recipe's CIFAR-10 values (tau, S, eta_s, m) are kept; its epochs are scaled like the schedule: E_ds = the
 # share 0.4 of it (paper: 60 of 150; epoch 10 of 27) and reweighting every 2 epochs (paper: every 10 of 150).
@@ -30,3 +31,4 @@ for s in 025 050; do
   $PY -m rs_lightning.cli.report "${runs[@]}" --out "$REPORTS/sigma$s" --overwrite \
     --budgets 100 1000 10000 100000 1000000
 done
+$PY scripts/structured_pairs.py --runs "$ARCHIVE" --out "$REPORTS"   # the CIs docs/results.md quotes

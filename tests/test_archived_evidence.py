@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import filecmp
 import os
+import re
 import subprocess
 import sys
 
@@ -44,6 +45,75 @@ def test_the_structured_mnist_reports_rebuild_from_their_rows(tmp_path, sigma):
     assert len(runs) >= 6
     budgets = ["--budgets", "100", "1000", "10000", "100000", "1000000"]
     assert_report_rebuilds([*runs, *budgets], STRUCTURED / f"sigma{sigma}", tmp_path)
+
+
+def test_the_structured_paired_cis_rebuild_and_are_the_docs_tables(tmp_path):
+    """scripts/structured_pairs.py (run by acr_gaming_comparison.sh) from the archived rows: both files equal
+    the committed ones, and every CI cell of docs/results.md's MACER, SmoothMix/SmoothAdv and
+    CAT-RS/ACR-gaming tables is one of their intervals. Catches a table left from the since-removed CI script
+    or edited by hand."""
+    done = run_script("scripts/structured_pairs.py", "--out", str(tmp_path), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = ["paired_sigma025.txt", "paired_sigma050.txt"]
+    match, mismatch, errors = filecmp.cmpfiles(STRUCTURED, tmp_path, files, shallow=False)
+    assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
+
+    intervals = {}  # (sigma, reference, other, "acr" or radius) -> (difference, low, high)
+    pattern = r"(ACR|at r=([\d.]+)): \S+/(\w+)_s(\d+) - \S+/(\w+)_s\d+: (\S+) .*CI \[(\S+), (\S+)\]"
+    for name in files:
+        for line in (STRUCTURED / name).read_text().splitlines():
+            kind, radius, reference, sigma, other, *values = re.search(pattern, line).groups()
+            intervals[sigma, reference, other, radius or "acr"] = [float(v) for v in values]
+
+    def cell(sigma, reference, other, what="acr") -> str:  # as the docs write it: 3 places, −, 0.000
+        def num(x: float) -> str:
+            text = f"{x:+.3f}"
+            return "0.000" if text in ("+0.000", "-0.000") else text.replace("-", "−")
+
+        d, low, high = intervals[sigma, reference, other, what]
+        return f"{num(d)} [{'+0.0003' if 0 < low < 0.0005 else num(low)}, {num(high)}]"
+
+    both = ("025", "050")
+    expected = {
+        "| MACER − other |": [
+            [cell(s, "macer", other, what) for s in both]
+            for what, other in [
+                ("acr", "gaussian"),
+                ("acr", "consistency"),
+                ("0.5", "gaussian"),
+                ("0.5", "consistency"),
+            ]
+        ],  # fmt: skip
+        "| ACR difference (95 % CI) |": [
+            [
+                cell("050", "smoothadv", o)
+                for o in ("gaussian", "macer", "consistency", "smoothmix", "catrs", "acr_gaming")
+            ],
+            [cell("050", "smoothmix", o) for o in ("gaussian", "macer", "consistency")],
+            [cell("025", "smoothmix", o) for o in ("gaussian", "macer", "consistency")],
+        ],  # fmt: skip
+        "| difference (95 % CI) |": [
+            [cell(s, "catrs", "gaussian") for s in both],
+            [cell(s, "catrs", "consistency") for s in both],
+            [cell("025", "catrs", "consistency", "0.75"), cell("050", "catrs", "consistency", "1.5")],
+            [cell(s, "catrs", "acr_gaming") for s in both],
+            [cell(s, "acr_gaming", "gaussian") for s in both],
+            [cell(s, "acr_gaming", "consistency") for s in both],
+            [cell(s, "acr_gaming", "consistency", "0.25") for s in both],
+            [cell("025", "acr_gaming", "consistency", "0.5")],
+            [cell("050", "acr_gaming", "consistency", "1")],
+            [
+                cell("025", "acr_gaming", "consistency", "0.75"),
+                cell("050", "acr_gaming", "consistency", "1.5"),
+            ],
+        ],
+    }
+    text = (REPO / "docs" / "results.md").read_text()
+    for head, rows in expected.items():
+        start = text.index(head)
+        table = text[start : text.index("\n\n", start)].splitlines()[2:]
+        cells = [[c.strip() for c in row.split("|")[2:-1] if c.strip()] for row in table]
+        assert cells == rows, head
 
 
 def reproduction_reports() -> list[str]:
