@@ -36,8 +36,8 @@ one() {  # train then certify one experiment at every budget (scripts/evidence.s
   done
 }
 
-report() {  # per sigma and budget: archive the rows, the ECDF/budget report from them, and each run against
-  # its published row
+report() {  # per sigma and budget: archive the rows, the ECDF/budget report from them at the published
+  # radii, the paired Consistency - Gaussian CIs, and each run against its published row
   local s n run exp method folder
   for s in $SIGMAS; do
     for n in $BUDGETS; do
@@ -46,7 +46,12 @@ report() {  # per sigma and budget: archive the rows, the ECDF/budget report fro
         exp=$(basename "$(dirname "$run")")
         archive_run "$run" "$folder/runs/${exp%%_mnist_*}"
       done
-      $PY -m rs_lightning.cli.report "$folder"/runs/* --out "$folder" --overwrite --budgets 1000 10000 100000
+      $PY -m rs_lightning.cli.report "$folder"/runs/* --out "$folder" --overwrite --budgets 1000 10000 100000 \
+        --radii $(radii_of "$s")
+      if [ -d "$folder/runs/cohen" ] && [ -d "$folder/runs/consistency" ]; then  # the CIs the docs quote
+        $PY -m rs_lightning.cli.report paired "$folder"/runs/{consistency,cohen} --radii $(radii_of "$s") \
+          > "$folder/paired_consistency_cohen.txt"
+      fi
     done
   done
   for exp in $RUNS; do
@@ -57,6 +62,14 @@ report() {  # per sigma and budget: archive the rows, the ECDF/budget report fro
         --out "$REPORTS/published/${exp}_n$n" --overwrite
     done
   done
+}
+
+radii_of() {  # radii_of 050: the published table's radii at that sigma (Jeong & Shin 2020, MNIST table)
+  case $1 in
+    025) echo 0 0.25 0.5 0.75 ;;
+    050) echo 0 0.25 0.5 0.75 1 1.25 1.5 1.75 ;;
+    *) echo 0 0.5 1 1.5 2 2.5 3 3.5 ;;
+  esac
 }
 
 sigma_of() {  # sigma_of 025 -> 0.25, 100 -> 1.0 (the experiment names' sigma digits)

@@ -116,6 +116,13 @@ def test_the_structured_paired_cis_rebuild_and_are_the_docs_tables(tmp_path):
         assert cells == rows, head
 
 
+PUBLISHED_RADII = {
+    "025": ["0", "0.25", "0.5", "0.75"],
+    "050": ["0", "0.25", "0.5", "0.75", "1", "1.25", "1.5", "1.75"],
+    "100": ["0", "0.5", "1", "1.5", "2", "2.5", "3", "3.5"],
+}
+
+
 def reproduction_reports() -> list[str]:
     return sorted(p.parent.name for p in (RESULTS / "mnist_reproduction").glob("*/runs"))
 
@@ -126,8 +133,14 @@ def test_the_published_schedule_reports_rebuild_from_their_rows(tmp_path, name):
     Gaussian/Consistency pair of issue 24), and each run against its published row."""
     folder = RESULTS / "mnist_reproduction" / name
     runs = sorted(str(p.relative_to(REPO)) for p in (folder / "runs").iterdir())  # as the script's glob
-    assert_report_rebuilds([*runs, "--budgets", "1000", "10000", "100000"], folder, tmp_path / "report")
     sigma, budget = name.removeprefix("sigma").split("_")  # e.g. "100", "n100000"
+    radii = PUBLISHED_RADII[sigma]  # the script's radii_of: the published table's grid
+    args = [*runs, "--budgets", "1000", "10000", "100000", "--radii", *radii]
+    assert_report_rebuilds(args, folder, tmp_path / "report")
+    # the paired Consistency - Gaussian CIs the docs quote
+    paired = run_script("-m rs_lightning.cli.report paired", *runs[::-1], "--radii", *radii, timeout=600)
+    assert paired.returncode == 0, paired.stderr[-2000:]
+    assert paired.stdout == (folder / "paired_consistency_cohen.txt").read_text()
     for run in runs:  # the script's `report published` of each run
         method = run.rsplit("/", 1)[1]
         args = ["--dataset", "mnist", "--method", method, "--sigma", str(int(sigma) / 100)]  # 025 -> 0.25
