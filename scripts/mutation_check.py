@@ -62,10 +62,10 @@ MUTANTS = [
     (
         "wald bound",
         "rs_lightning/smoothing/stats.py",
-        "    return np.where(k <= 0, 0.0, bound)\n\n\ndef clopper_pearson_interval",
+        "    return np.where(k <= 0, 0.0, bound)\n\n\ndef clopper_pearson_upper",
         "    from scipy.stats import norm as _n\n    p = k / n\n"
         "    return np.clip(p - _n.ppf(1 - alpha) * np.sqrt(p * (1 - p) / n), 0, 1)\n\n\n"
-        "def clopper_pearson_interval",
+        "def clopper_pearson_upper",
         "tests/smoothing/test_soundness.py::test_certify_is_sound_and_tight_on_an_analytic_classifier",
     ),
     (
