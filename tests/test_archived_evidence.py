@@ -197,6 +197,21 @@ def test_the_fast_certification_tables_rebuild_from_their_rows(tmp_path):
     assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
 
 
+def test_the_ars_clutter_report_rebuilds_from_its_rows(tmp_path):
+    """scripts/ars_clutter.sh's stage tables: the L-infinity report of ARS, its static mask and the vanilla
+    baseline on cluttered MNIST, and the paired CIs docs/results.md quotes, from the archived rows alone."""
+    folder = RESULTS / "ars_clutter"
+    assert sorted(p.name for p in (folder / "runs").iterdir()) == ["ars", "ars_static", "ars_vanilla"]
+    env = {**os.environ, "STAGE": "tables", "REPORTS": str(tmp_path), "PY": sys.executable}
+    env.pop("ARCHIVE", None)  # the script's own: docs/results/ars_clutter/runs
+    script = str(REPO / "scripts" / "ars_clutter.sh")
+    done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = [*REPORT_FILES, "paired_differences.txt", "paired_static_vanilla.txt"]
+    match, mismatch, errors = filecmp.cmpfiles(folder, tmp_path, files, shallow=False)
+    assert (mismatch, errors) == ([], []), f"rebuilt differently: {mismatch + errors}"
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in (RESULTS / "noises").iterdir() if p.is_dir()))
 def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path, name):
     """scripts/noise_comparison.sh's report: Gaussian, Laplace and uniform training noise, L1 radii."""
