@@ -24,7 +24,9 @@ RUNS = "docs/results/mnist_structured/runs"
 PAIRS = {
     "025": (
         ["0.25", "0.5", "0.75"],
-        [("macer", "gaussian"), ("macer", "consistency"), ("smoothmix", "gaussian"), ("smoothmix", "macer"),
+        [("macer", "gaussian"), ("macer", "consistency"), ("smoothadv", "gaussian"), ("smoothadv", "macer"),
+         ("smoothadv", "consistency"), ("smoothadv", "smoothmix"), ("smoothadv", "catrs"),
+         ("smoothadv", "acr_gaming"), ("smoothmix", "gaussian"), ("smoothmix", "macer"),
          ("smoothmix", "consistency"), ("catrs", "gaussian"), ("catrs", "consistency"),
          ("catrs", "acr_gaming"), ("catrs", "smoothmix"), ("acr_gaming", "gaussian"),
          ("acr_gaming", "consistency")],

@@ -85,9 +85,12 @@ def test_the_structured_paired_cis_rebuild_and_are_the_docs_tables(tmp_path):
             ]
         ],  # fmt: skip
         "| ACR difference (95 % CI) |": [
-            [
-                cell("050", "smoothadv", o)
-                for o in ("gaussian", "macer", "consistency", "smoothmix", "catrs", "acr_gaming")
+            *[
+                [
+                    cell(s, "smoothadv", o)
+                    for o in ("gaussian", "macer", "consistency", "smoothmix", "catrs", "acr_gaming")
+                ]
+                for s in ("050", "025")
             ],
             [cell("050", "smoothmix", o) for o in ("gaussian", "macer", "consistency")],
             [cell("025", "smoothmix", o) for o in ("gaussian", "macer", "consistency")],
