@@ -169,7 +169,9 @@ def smoothadv_pgd_nograd(
         raise ValueError(f"the no-grad SmoothAdv attack needs m >= 2 noise draws; got m = {noise.shape[0]}")
     x, noise = x.detach(), noise.detach()
     with frozen_eval(model):
-        return _normalized_ascent(x, lambda delta: nograd_direction(model, x + delta, y, noise), eps, steps)
+        return _normalized_ascent(
+            x, lambda delta: nograd_direction(model, x + delta, y, noise), eps, steps, generator=generator
+        )
 
 
 def _quantize(t: torch.Tensor, levels: int | None) -> torch.Tensor:

@@ -182,6 +182,22 @@ def test_attacks_stay_in_the_ball_and_the_box(attack, eps):
     assert not x_adv.requires_grad
 
 
+@pytest.mark.parametrize("attack", [smoothadv_pgd, smoothadv_pgd_nograd])
+def test_a_zero_direction_is_drawn_from_the_given_generator(attack):
+    """Where the ascent direction is exactly 0 (a constant model, zero noise) the step is N(0, I) from the
+    caller's generator (reference attacks.py: "avoid nan or inf if gradient is 0"). Catches an attack that
+    drops the generator and draws from the global RNG: two global seeds then give different outputs."""
+    model, (x, y) = _linear(), _batch(4)
+    nn.init.zeros_(model[1].weight)  # constant logits: the gradient and the no-grad direction are 0
+    noise = torch.zeros(2, *x.shape)
+    outputs = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        outputs.append(attack(model, x, y, noise, 0.5, 2, generator=torch.Generator().manual_seed(7)))
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
+    assert (outputs[0] - x).flatten(1).norm(dim=1).min() > 0  # a random step was taken
+
+
 def test_ddn_quantized_output_stays_in_the_box_near_the_ball():
     model, (_, y), noise = _linear(), _batch(6), _draws(4, 6)
     x = torch.randint(0, 256, (6, 1, 8, 8), generator=torch.Generator().manual_seed(3)) / 255.0
