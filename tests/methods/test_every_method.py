@@ -7,11 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from rs_testing import compose_config, train_config
+from rs_testing import REPO, compose_config, train_config
 
 from rs_lightning.cli.train import build_method, train
 from rs_lightning.data import DigitsDataModule
 
+# E_ds = 0 so that discard, reweight and the sphere attack act from the first step; tau = 0 keeps every input.
+ACR_GAMING = {"ds_epoch": 0, "discard_threshold": 0.0, "discard_samples": 4, "num_noise_vec": 2}
 # method -> (overrides that keep 30 steps on 32 digits quick, scalars its training step logs)
 METHODS = {
     "gaussian": ([], set()),
@@ -25,7 +27,18 @@ METHODS = {
     ),
     "smoothadv": (["method.num_steps=2", "method.num_noise_vec=2", "method.warmup=1"], {"train/epsilon"}),
     "smoothmix": (["method.num_steps=2", "method.warmup=1"], set()),
+    "catrs": (
+        ["method.allow_onehot=true", "method.num_noise_vec=2", "method.num_steps=2", "method.epsilon=0.25"],
+        {"train/catrs_low", "train/catrs_high"},
+    ),
+    **{
+        name: ([f"method.{k}={v}" for k, v in ACR_GAMING.items()], set())
+        for name in ("acr_gaming", "discard_hard", "reweight", "sphere_attack")
+    },
 }
+# The ARS pipelines need images a mask UNet can halve three times and L-infinity certification: their
+# training step and checkpoint are tested on 16x16 canvases in tests/methods/test_ars_training.py.
+TESTED_ELSEWHERE = {"ars", "ars_static"}
 STEPS = [
     "model=mlp",
     "optim.optimizer.lr=0.1",
@@ -57,7 +70,14 @@ def test_training_steps_reduce_the_loss_on_digits(name):
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_config_runs_fast_dev_run_and_logs_the_components(tmp_path, name):
-    result = train(train_config(tmp_path, [f"method={name}", "debug=fast_dev_run", "logger=none"]))
+    overrides = [f"method={name}", *METHODS[name][0], "debug=fast_dev_run", "logger=none"]
+    result = train(train_config(tmp_path, overrides))
     metrics = result["metrics"]
     assert np.isfinite(metrics["train/loss_step"])
     assert METHODS[name][1] <= set(metrics)
+
+
+def test_every_method_config_is_tested():
+    """Catches a method added to conf/method/ without a row here (it would go untested by these checks)."""
+    configs = {path.stem for path in (REPO / "conf" / "method").glob("*.yaml")}
+    assert configs == set(METHODS) | TESTED_ELSEWHERE
