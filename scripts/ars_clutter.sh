@@ -6,7 +6,7 @@
 # the mask PNG for docs/results.md. Stage report archives each run's per-input rows (certify.tsv,
 # settings.json, summary.json) under $ARCHIVE and builds the report and paired CIs from them (stage tables,
 # which tests/test_archived_evidence.py runs), then draws the masks from the checkpoints.
-#   OUT=/work/runs/ars_clutter bash scripts/ars_clutter.sh   (STAGE=train|certify|report|tables, RUNS="...")
+#   OUT=/work/runs/ars_clutter bash scripts/ars_clutter.sh   (STAGE=train|certify|report|tables|masks, RUNS="...")
 # Schedule: the experiments' 90-epoch recipe (conf/experiment/ars*_cluttered_mnist_sigma050.yaml) scaled by
 # 1/30 with its structure kept: 9 short epochs, each a fresh random third of the training canvases (LIMIT,
 # trainer.limit_train_batches: 78 of 235 batches; 3 passes in all), the classifier's StepLR(30, x0.1) ->
@@ -63,6 +63,7 @@ tables() {  # the report and the paired CIs from the archived rows alone (tests/
 }
 
 masks() {  # the learned masks, and beside each PNG its numbers (mask mean, sigma2): these need the checkpoints
+  require_trained "$OUT/ars/train" && require_trained "$OUT/ars_static/train" || return
   $PY scripts/ars_masks.py "$OUT/ars/train/checkpoints/last.ckpt" \
     --out "$REPORTS/masks_ars.png" --inputs 6 --skip 1000 > "$REPORTS/masks_ars.txt"
   $PY scripts/ars_masks.py "$OUT/ars_static/train/checkpoints/last.ckpt" \
@@ -76,6 +77,7 @@ case "${STAGE:-all}" in
   certify) for run in $RUNS; do in_background "$OUT/$run.certify.log" certify "$run"; done; wait_all ;;
   report) report ;;
   tables) tables ;;
+  masks) masks ;;
   all)
     for run in $RUNS; do in_background "$OUT/$run.log" train_and_certify "$run"; done
     wait_all

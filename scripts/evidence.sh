@@ -34,6 +34,18 @@ require_trained() {  # require_trained TRAIN_DIR: status 1 with a one-line error
   fi
 }
 
+soft_labels_run() {  # soft_labels_run TRAIN_DIR OUTPUT OVERRIDES...: soft_labels.py (CAT-RS's soft labels) from
+  # TRAIN_DIR's finished training into OUTPUT; skipped when OUTPUT exists
+  local train=$1 output=$2
+  shift 2
+  require_trained "$train" || return
+  if [ -f "$output" ]; then
+    echo "# soft labels $output exist: skipped"
+    return 0
+  fi
+  run_step "$PY" soft_labels.py "checkpoint=$train/checkpoints/last.ckpt" "output=$output" "$@"
+}
+
 certify_run() {  # certify_run TRAIN_DIR OUT_DIR OVERRIDES...: certify.py on TRAIN_DIR's last.ckpt (CHECKPOINT=
   # another file name in TRAIN_DIR/checkpoints, e.g. epoch089.ckpt: the same weights) into OUT_DIR
   local train=$1 dir=$2

@@ -24,8 +24,8 @@ stage() {  # stage STAGE SIGMA
       train "smoothmix_s$s" experiment="smoothmix_mnist_sigma$s" method.warmup="$WARMUP"
       train "smoothadv_s$s" experiment="smoothadv_mnist_sigma$s" method.warmup="$WARMUP" ;;
     soft)  # CAT-RS's soft labels: a Gaussian sigma = 0.25 model on the training set, used for every sigma
-      [ -f "$SOFT" ] || $PY soft_labels.py checkpoint="$OUT/train/gaussian_s025$SUFFIX/checkpoints/last.ckpt" \
-        output="$SOFT" num_samples="$SOFT_LABEL_SAMPLES" batch_size=3200 hydra.run.dir="$OUT/soft_labels" ;;
+      soft_labels_run "$OUT/train/gaussian_s025$SUFFIX" "$SOFT" num_samples="$SOFT_LABEL_SAMPLES" batch_size=3200 \
+        hydra.run.dir="$OUT/soft_labels" ;;
     catrs)
       train "catrs_s$s" experiment="catrs_mnist_sigma$s" method.soft_labels="$SOFT" ;;
     certify)

@@ -102,12 +102,12 @@ if [ -n "$PRETRAIN" ]; then
     echo "# soft labels $SOFT_LABELS exist: step 0 skipped"
   else
     train_run "$PRETRAIN/train" "experiment=$PRE_EXPERIMENT" "${DATA_ARGS[@]}" "${PRETRAIN_ARGS[@]}"
-    run_step "$PY" soft_labels.py "checkpoint=$PRETRAIN/train/checkpoints/last.ckpt" "output=$SOFT_LABELS" \
-      "${SOFT_ARGS[@]}" "hydra.run.dir=$PRETRAIN/soft_labels"
+    soft_labels_run "$PRETRAIN/train" "$SOFT_LABELS" "${SOFT_ARGS[@]}" "hydra.run.dir=$PRETRAIN/soft_labels"
   fi
 fi
 
 train_run "$OUT/train" "experiment=$EXPERIMENT" "${METHOD_ARGS[@]}" "${DATA_ARGS[@]}" "${EXTRA_ARGS[@]}"
+require_trained "$OUT/train"
 
 run_step "$PY" certify.py "checkpoint=$OUT/train/checkpoints/last.ckpt" "n0=$CELL_N0" "n=$CELL_N" "alpha=$CELL_ALPHA" \
   "start=$CELL_START" "skip=$CELL_SKIP" "max=$CELL_MAX" "${CERTIFY_ARGS[@]}" "output_dir=$OUT/certify"

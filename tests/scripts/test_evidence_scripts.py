@@ -114,6 +114,8 @@ def test_certify_refuses_a_run_without_train_done_in_one_line(tmp_path):
         ("sequential_certification.sh", {"STAGE": "certify"}, "train/mnist_lenet_s025"),
         ("noise_comparison.sh", {"STAGE": "certify"}, "train/gaussian"),
         ("ars_clutter.sh", {"STAGE": "certify", "RUNS": "ars"}, "ars/train"),
+        ("ars_clutter.sh", {"STAGE": "masks"}, "ars/train"),
+        ("mnist_comparison.sh", {"STAGE": "soft", "SIGMAS": "025"}, "train/gaussian_s025"),
     ],  # fmt: skip
 )
 def test_a_last_checkpoint_without_train_done_is_never_certified(tmp_path, script, env, trained):
@@ -238,6 +240,8 @@ def test_the_ars_clutter_report_is_built_from_archived_rows(tmp_path):
         folder.mkdir(parents=True)
         for name in ("certify.tsv", "settings.json", "summary.json"):
             (folder / name).write_text(run)
+        (tmp_path / "out" / run / "train").mkdir()
+        (tmp_path / "out" / run / "train" / "train.done").write_text("")  # the masks need finished trainings
     result, calls = run_script(tmp_path, "ars_clutter.sh", STAGE="report")
     assert result.returncode == 0, result.stderr
     archive = tmp_path / "archive"
