@@ -231,7 +231,8 @@ def check_training_checkpoint(
     """The checkpoint to resume training from, loaded with ``weights_only=True``; a CheckpointError (one line
     naming ``key``) if it is missing, not a Lightning training checkpoint written by train.py (no
     ``state_dict``/``rs_lightning`` metadata, or no ``optimizer_states``/``loops``: a weights-only save), or
-    holds objects the safe unpickler refuses (pickled code).
+    holds objects the safe unpickler refuses (pickled code), or metadata :meth:`CheckpointMeta.read` refuses
+    (a format this version does not read, unusable values).
 
     ``expect`` maps metadata keys (e.g. ``{"model": plain(cfg.model)}``) to the values this run configures;
     a checkpoint recorded with other values is refused, since its weights or optimizer state would not fit.
@@ -254,10 +255,9 @@ def check_training_checkpoint(
             f"weights-only save), so training cannot resume from it; pass {RESUME_EXAMPLE}, or drop {key} to "
             "start a new run"
         )
-    meta = checkpoint[CHECKPOINT_KEY]
-    meta = CheckpointMeta.from_dict(meta) if isinstance(meta, dict) else None
+    meta = CheckpointMeta.read(checkpoint, f"{key}={str(path)!r}")
     for name, value in (expect or {}).items():
-        recorded = getattr(meta, name) if meta is not None else None
+        recorded = getattr(meta, name)
         if recorded != value:
             raise CheckpointError(
                 f"{key}={str(path)!r} was trained with {name}={recorded!r}, but this run configures "

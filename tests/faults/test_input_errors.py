@@ -332,9 +332,12 @@ def _training_checkpoint(**extra) -> dict:
         "optimizer_states": [{"state": {}, "param_groups": []}],
         "loops": {"fit_loop": {}},
         "epoch": 3,
-        CHECKPOINT_KEY: {"model": {"_target_": "rs_lightning.models.LeNet"}},
+        CHECKPOINT_KEY: {
+            "format": 1, "model": {"_target_": "rs_lightning.models.LeNet"}, "input_shape": [1, 28, 28],
+            "num_classes": 10, "sigma": 0.25,
+        },
         **extra,
-    }
+    }  # fmt: skip
 
 
 def test_resume_checkpoint_is_loaded_safely_and_checked(tmp_path, capsys):
@@ -364,6 +367,15 @@ def test_resume_checkpoint_is_loaded_safely_and_checked(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(CheckpointError, match="is not a readable checkpoint"):
         check_training_checkpoint(tmp_path / "notes.txt")
+    # a newer format, or unusable metadata, is refused before training resumes (it was read unchecked)
+    newer = _training_checkpoint()
+    newer[CHECKPOINT_KEY]["format"] = 99
+    torch.save(newer, tmp_path / "newer.ckpt")
+    with pytest.raises(CheckpointError, match=r"newer.ckpt'.* has metadata format=99, which this"):
+        check_training_checkpoint(tmp_path / "newer.ckpt")
+    torch.save(_training_checkpoint(**{CHECKPOINT_KEY: ["x"]}), tmp_path / "list.ckpt")
+    with pytest.raises(CheckpointError, match="'rs_lightning' is a list, not a mapping"):
+        check_training_checkpoint(tmp_path / "list.ckpt")
 
     torch.save(_training_checkpoint(evil=Payload()), tmp_path / "evil.ckpt")
     with pytest.raises(
