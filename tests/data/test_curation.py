@@ -90,6 +90,33 @@ def test_discard_keeps_exactly_the_inputs_with_p_hat_at_least_tau_and_reweights_
     assert data.train_sampler is None, "the sampler is uninstalled after the fit"
 
 
+def test_each_re_estimate_replaces_the_weights_the_sampler_draws_with():
+    """R = 2 from E_ds = 1 with p̂ that changes at every estimate (hits by epoch, stand-in for the model):
+    the weights in force at the start of epochs 1-5 are those of the latest estimate (1, 1, 3, 3, 5).
+
+    Catches a re-estimation that runs but is not applied after the first time (``_reweight`` returning early
+    once weights exist, or ``set_weights`` only when none are set): the test above counts calls, and with
+    the same p̂ every epoch stale weights equal fresh ones."""
+    curation = ACRCuration(ds_epoch=1, discard_hard=False, reweight_samples=16, reweight_every=2)
+    low = np.arange(40) < 20
+    hits_at = {1: np.where(low, 12, 16), 3: np.where(low, 16, 12), 5: np.full(40, 14)}
+    curation._hits = lambda indices, num_samples, epoch: hits_at[epoch][indices]
+    in_force = {}
+    prepare = curation.prepare_epoch
+
+    def recording_prepare(epoch):
+        prepare(epoch)
+        if curation.sampler.weights is not None:
+            in_force[epoch] = curation.sampler.weights.numpy().copy()
+
+    curation.prepare_epoch = recording_prepare
+    _fit(curation, epochs=6)
+    assert sorted(in_force) == [1, 2, 3, 4, 5]
+    for epoch, estimate in ((1, 1), (2, 1), (3, 3), (4, 3), (5, 5)):
+        expected = radius_weights(hits_at[estimate] / 16, 16)
+        np.testing.assert_allclose(in_force[epoch], expected, rtol=1e-12, err_msg=f"epoch {epoch}")
+
+
 def test_threshold_is_inclusive_with_a_p_hat_file(tmp_path):
     p_hat = np.arange(40) / 39
     np.save(tmp_path / "p.npy", p_hat)
