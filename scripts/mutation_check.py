@@ -174,6 +174,59 @@ MUTANTS = [
         "spec.certificate.radius(pa_lower, sigma, xs[0][0].numel())",
         "tests/models/test_ars_pipeline.py::test_certify_around_the_pipeline_is_batch_independent_and_linf_only",
     ),
+    # beyond the statistics (issue 26 item 6): bugs that once survived every test
+    (
+        "published ResNet BasicBlock without its final ReLU",
+        "rs_lightning/models/cifar_resnet.py",
+        "return self.relu(out + residual)",
+        "return out + residual",
+        "tests/models/test_published.py::"
+        "test_loaded_resnet_matches_an_independent_functional_forward_of_the_published_architecture",
+    ),
+    (
+        "published LeNet without the ReLU after fc1",
+        "rs_lightning/models/lenet.py",
+        "return self.fc2(F.relu(self.fc1(x.flatten(1))))",
+        "return self.fc2(self.fc1(x.flatten(1)))",
+        "tests/models/test_published.py::"
+        "test_loaded_lenet_matches_an_independent_functional_forward_of_the_published_architecture",
+    ),
+    (
+        "reweighting only the first time (condition)",
+        "rs_lightning/data/curation.py",
+        "(epoch - self.ds_epoch) % self.reweight_every == 0 or self.sampler.weights is None",
+        "self.sampler.weights is None",
+        "tests/data/test_curation.py",
+    ),
+    (
+        "re-estimated weights not applied after the first time",
+        "rs_lightning/data/curation.py",
+        "        self.sampler.set_weights(weights)\n",
+        "        if self.sampler.weights is None:\n            self.sampler.set_weights(weights)\n",
+        "tests/data/test_curation.py",
+    ),
+    (
+        "budget plug-in floors p*N' instead of rounding",
+        "rs_lightning/analysis/budget.py",
+        "return np.floor(np.asarray(pa, dtype=float) * budget + 0.5)",
+        "return np.floor(np.asarray(pa, dtype=float) * budget)",
+        "tests/analysis/test_budget.py::test_plugin_rule_rounds_p_hat_times_n_prime_at_a_budget_other_than_the_runs",
+    ),
+    (
+        "constant reference of class 0 instead of the majority class",
+        "rs_lightning/analysis/compare.py",
+        "label = max(shares, key=lambda c: (shares[c], -c))",
+        "label = 0",
+        "tests/analysis/test_compare.py::"
+        "test_constant_reference_is_the_majority_class_with_its_share_and_closed_form_acr",
+    ),
+    (
+        "an MNIST-shaped .npz run not recognised as MNIST",
+        "rs_lightning/analysis/published_numbers.py",
+        'if shape == expected and int(data.get("num_classes") or 0) == 10:',
+        'if shape != expected and int(data.get("num_classes") or 0) == 10:',
+        "tests/cli/test_report_published_npz.py",
+    ),
 ]
 
 
