@@ -28,7 +28,7 @@ def certified_accuracy(radius, correct, radii) -> np.ndarray:
 
 
 def average_certified_radius(radius, correct) -> float:
-    """ACR = (1/n) sum_i radius_i * 1[correct_i] (Zhai et al. 2020); wrong or abstained count as 0."""
+    """ACR = (1/n) sum_i radius_i * 1[correct_i] (Zhai et al., ICLR 2020); wrong or abstained count as 0."""
     radius, correct = np.asarray(radius, dtype=float), np.asarray(correct, dtype=bool)
     return float(np.where(correct, radius, 0.0).mean()) if radius.size else 0.0
 

@@ -59,7 +59,7 @@ def certified_accuracy_figure(
 
 
 def pa_ecdf_figure(runs: Mapping[str, np.ndarray], grid=ECDF_GRID, bands: Mapping | None = None):
-    """The pA ECDF y(x) = share of inputs with p̂A >= x (Sun et al. 2025); ``runs`` maps label -> p̂A;
+    """The pA ECDF y(x) = share of inputs with p̂A >= x (Sun et al., ICML 2025); ``runs`` maps label -> p̂A;
     ``bands`` maps a label to its :class:`~rs_lightning.analysis.uncertainty.Band` (shaded)."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for label, pa in runs.items():

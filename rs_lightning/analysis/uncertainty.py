@@ -26,8 +26,9 @@ gets a percentile bootstrap over inputs.
 
 Two runs on the same inputs (paired): the difference of their p_A curves d(x) = y_A(x) − y_B(x) gets the same
 Monte-Carlo term (both runs, β/4 each) plus, for which inputs were drawn, the (1 − β/2) quantile of
-sup_x |d* − d| over paired bootstrap resamples of the inputs (Efron & Tibshirani 1993; the bootstrap of the
-empirical process is asymptotically valid, Giné & Zinn 1990) — the pairing is what makes two close methods
+sup_x |d* − d| over paired bootstrap resamples of the inputs (Efron & Tibshirani, *An Introduction to the
+Bootstrap*, 1993, ch. 13; the bootstrap of the empirical process is asymptotically valid, Giné & Zinn, Ann.
+Probab. 1990) — the pairing is what makes two close methods
 separable. A verdict names the side that is resolved above somewhere: "A ≥ B" (A resolved above B at some x,
 B nowhere above A), "B ≥ A", "they cross" (each above somewhere) or "unresolved". Certified accuracy over a
 radius grid is compared the same way (paired bootstrap, simultaneous), and ACR and certified-accuracy

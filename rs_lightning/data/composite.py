@@ -3,12 +3,13 @@ NeurIPS 2024; ubc-systopia/adaptive-randomized-smoothing ``src/dataset.py``).
 
 A source data module's s×s images (the objects) are placed on k×k canvases over a background: BG-20k-style
 photographs (``background=folder``, the ARS "CIFAR-10 20kBG" benchmark) or clutter made of fragments of
-other training images (``background=clutter``, cluttered MNIST after Mnih et al. 2014 / Ba et al. 2015,
-which runs offline). Train items get a fresh background and position on every access, drawn from the torch
-global RNG (seeded per DataLoader worker by torch, and restored with the checkpoint's RNG state, so resumes
-are exact). Unlike the reference, which redraws test items on every access (its ``src/dataset.py``),
-the test split is materialized once at setup: item i's background and position come from
-``numpy.random.default_rng([seed, 0, i])``, so every method is certified on identical images.
+other training images (``background=clutter``, cluttered MNIST after Mnih et al., NeurIPS 2014 / Ba, Mnih &
+Kavukcuoglu, ICLR 2015, which runs offline). Train items get a fresh background and position on every
+access, drawn from the torch global RNG (seeded per DataLoader worker by torch, and restored with the
+checkpoint's RNG state, so resumes are exact). Unlike the reference, which redraws test items on every
+access (its ``src/dataset.py``), the test split is materialized once at setup: item i's background and
+position come from ``numpy.random.default_rng([seed, 0, i])``, so every method is certified on identical
+images.
 
 The source's config is a plain mapping whose ``target`` key names a registered data module
 (``rs_lightning.data.registry``): not ``_target_``, because a config read from a checkpoint may hold no

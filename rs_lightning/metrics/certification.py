@@ -21,7 +21,8 @@ _STATE_DTYPES = {"index": torch.long, "correct": torch.bool, "radius": torch.flo
 class _PerInputMetric(Metric):
     """Base: ``update(index, correct, radius, pa)`` with one entry per certified input.
 
-    ``pa`` is p̂A w.r.t. the true label (0 for wrong or abstained inputs), as in Sun et al. 2025.
+    ``pa`` is p̂A w.r.t. the true label (0 for wrong or abstained inputs), as in Sun et al., ICML 2025,
+    Appendix B.
     """
 
     full_state_update = False
@@ -80,7 +81,7 @@ class PAEstimates(_PerInputMetric):
 
 
 class AverageCertifiedRadius(_PerInputMetric):
-    """ACR = mean over inputs of radius·1[correct] (Zhai et al. 2020, MACER)."""
+    """ACR = mean over inputs of radius·1[correct] (Zhai et al., ICLR 2020, MACER)."""
 
     def compute(self) -> torch.Tensor:
         _, correct, radius, _ = self.records()
@@ -88,7 +89,8 @@ class AverageCertifiedRadius(_PerInputMetric):
 
 
 class CertifiedAccuracy(_PerInputMetric):
-    """Share of inputs correct with radius >= r, for each r of ``radii`` (Cohen et al. 2019)."""
+    """Share of inputs correct with radius >= r, for each r of ``radii`` (Cohen et al., ICML 2019, §4: the
+    "approximate certified accuracy")."""
 
     def __init__(self, radii: Sequence[float], **kwargs):
         super().__init__(**kwargs)
@@ -103,7 +105,8 @@ class CertifiedAccuracy(_PerInputMetric):
 
 
 class PAEcdf(_PerInputMetric):
-    """pA ECDF y(x) = share of inputs with p̂A >= x on ``grid`` (Sun et al. 2025, ICML)."""
+    """pA ECDF y(x) = share of inputs with p̂A >= x on ``grid`` (Sun et al., ICML 2025; budget conversions in
+    its Appendix B)."""
 
     def __init__(self, grid: Sequence[float] = tuple(ECDF_GRID), **kwargs):
         super().__init__(**kwargs)

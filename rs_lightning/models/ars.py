@@ -11,10 +11,11 @@ For total noise σ and budget share f ∈ (0, 1), on inputs of d = C·H·W coord
 5. x̂ = (σ₂²·m₁ + σ₁²·w·m₂)/(σ₂² + σ₁²·w²) (inverse-variance average of m₁ and m₂/w, unbiased for x);
 6. logits = f(x̂) (normalization is f's first layer).
 
-Accounting (Gaussian DP, Dong, Roth & Su 2022, as Lyu et al. use it): over the L∞ ball of radius r, query 1 is
-(√d·r/σ₁)-GDP and query 2, whose σ₂ is fixed by w, (r‖w‖₂/σ₂)-GDP; they compose adaptively to μ = √d·r/σ for
-every mask, i.e. d/σ₁² + ‖w‖²/σ₂² = d/σ², so CERTIFY's L∞ radius is σΦ⁻¹(pA_lower)/√d — Cohen's L2 certificate
-divided by √d, as for plain Gaussian noise. The σ₂ floor only adds noise. ``static`` is one query w⊙x + σ_wε
+Accounting (Gaussian DP: Dong, Roth & Su, JRSS-B 2022, §3, adaptive composition of μ-GDP, as Lyu et al.
+use it): over the L∞ ball of radius r, query 1 is (√d·r/σ₁)-GDP and query 2, whose σ₂ is fixed by w,
+(r‖w‖₂/σ₂)-GDP; they compose adaptively to μ = √d·r/σ for every mask, i.e. d/σ₁² + ‖w‖²/σ₂² = d/σ², so
+CERTIFY's L∞ radius is σΦ⁻¹(pA_lower)/√d — Cohen's L2 certificate divided by √d, as for plain Gaussian
+noise. The σ₂ floor only adds noise. ``static`` is one query w⊙x + σ_wε
 with a learned input-independent mask and σ_w = σ‖w‖₂/√d (same μ); ``vanilla`` is Cohen's f(x + σε). The
 pipeline holds no other randomness: no augmentation inside it (the reference's batch-wide random flip makes
 votes dependent).

@@ -1,4 +1,4 @@
-"""CIFAR ResNet (He et al. 2016) as in locuslab/smoothing code/archs/cifar_resnet.py.
+"""CIFAR ResNet (He, Zhang, Ren & Sun, CVPR 2016, §4.2) as in locuslab/smoothing code/archs/cifar_resnet.py.
 
 Stem conv3x3(C->16)+BN+ReLU; three stages of n = (depth - 2) / 6 BasicBlocks with 16/32/64 channels,
 stride 2 at the start of stages 2 and 3; 1x1 conv + BN shortcut when the shape changes; global average

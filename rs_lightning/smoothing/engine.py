@@ -226,7 +226,8 @@ def check_norm_supported(model, norm: str, noise: str = "gaussian") -> None:
     if pipeline is not None and norm not in pipeline.norms:
         raise ConfigError(
             "norm", norm, " or ".join(pipeline.norms) + f" for a {type(pipeline).__name__} pipeline",
-            "its noise is calibrated to the L-infinity threat model (Lyu et al. 2024): pass norm=linf",
+            "its noise is calibrated to the L-infinity threat model (Lyu et al., NeurIPS 2024): pass "
+            "norm=linf",
         )  # fmt: skip
 
 
@@ -397,7 +398,8 @@ def predict_batch(
 ) -> PredictResult:
     """PREDICT every input (Cohen et al. 2019, Alg. 1): the top class of ``n`` draws (their own noise
     stream), or ABSTAIN when the two-sided binomial test of the top two counts has p-value > alpha. Returns
-    a wrong class (not abstaining) with probability <= alpha per input (Hung & Fithian 2016)."""
+    a wrong class (not abstaining) with probability <= alpha per input (Hung & Fithian, Ann. Statist.
+    2019)."""
     if spec.mode != "predict":
         raise ValueError(f"predict_batch needs a spec with mode='predict', got mode={spec.mode!r}")
     check_precision_supported(spec.precision, xs.device)

@@ -22,7 +22,8 @@ NOISE_BLOCK = 256
 
 
 class Phase(IntEnum):
-    """Independent noise streams per input (Cohen et al. 2019 draw selection and estimation separately)."""
+    """Independent noise streams per input (Cohen et al., ICML 2019, §3.2: CERTIFY draws its
+    selection and estimation samples separately)."""
 
     SELECTION = 0
     ESTIMATION = 1

@@ -45,7 +45,7 @@ def clopper_pearson_interval(k, n, alpha: float):
 def top_two_pvalue(n_top: int, n_second: int) -> float:
     """Two-sided exact binomial-test p-value of ``n_top`` successes in ``n_top + n_second`` trials at p=1/2.
 
-    PREDICT (Cohen et al. 2019, Alg. 1; Hung & Fithian 2016) abstains when this exceeds alpha.
+    PREDICT (Cohen et al. 2019, Alg. 1; Hung & Fithian, Ann. Statist. 2019) abstains when this exceeds alpha.
     """
     total = int(n_top) + int(n_second)
     if total == 0:

@@ -1,9 +1,10 @@
 """The certificate types of issue 25 (rs_lightning/smoothing/certificate.py: radii, caps, grids, sampling).
 
 Radii are checked against closed forms written here from the papers (Yang et al. 2020 Table 1 / rs4a
-``src/noises``; Teng et al. 2020; Cohen et al. 2019), and on half-spaces, where the exact p_A of each noise
-gives back exactly the distance to the hyperplane in the noise's norm (the certificates are tight there):
-the bug this catches is a wrong scale (σ against λ) or a norm's factor off.
+``src/noises``; Teng, Lee & Yuan, OpenReview 2019, Thm. 1; Cohen et al., ICML 2019, Thm. 1), and on
+half-spaces, where the exact p_A of each noise gives back exactly the distance to the hyperplane in the
+noise's norm (the certificates are tight there): the bug this catches is a wrong scale (σ against λ) or a
+norm's factor off.
 """
 
 from __future__ import annotations
