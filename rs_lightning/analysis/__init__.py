@@ -5,9 +5,9 @@ from .metrics import (
     average_certified_radius,
     certified_accuracy,
     pa_ecdf,
-    pa_true_label,
     radius_grid,
     summarize,
+    true_label_pa,
 )
 from .results import COLUMNS, ResultFileError, ResultWriter, read_results
 
@@ -19,8 +19,8 @@ __all__ = [
     "average_certified_radius",
     "certified_accuracy",
     "pa_ecdf",
-    "pa_true_label",
     "radius_grid",
     "read_results",
     "summarize",
+    "true_label_pa",
 ]

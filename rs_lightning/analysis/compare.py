@@ -170,7 +170,7 @@ class Run:
         """p̂_A per input (true label; 0 if wrong or abstained), or None without ``nA``/``n``."""
         if not self.has_counts:
             return None
-        return true_label_pa(self.rows["nA"], self.rows["n"], self.rows["correct"])
+        return true_label_pa(self.rows["correct"], n_a=self.rows["nA"], n=self.rows["n"])
 
     def ecdf(self, grid=ECDF_GRID) -> np.ndarray | None:
         pa = self.pa()

@@ -33,16 +33,16 @@ def average_certified_radius(radius, correct) -> float:
     return float(np.where(correct, radius, 0.0).mean()) if radius.size else 0.0
 
 
-def pa_true_label(pa_hat, correct) -> np.ndarray:
-    """Per-input p̂A as the seed paper uses it: share of draws on the true label; 0 if wrong or abstained
-    (Sun et al. 2025, Appendix B). The one place that convention lives; :func:`true_label_pa` from counts."""
+def true_label_pa(correct, pa_hat=None, *, n_a=None, n=None) -> np.ndarray:
+    """Per-input p̂A as the seed paper uses it: the share of draws on the true label, 0 if wrong or abstained
+    (Sun et al., ICML 2025, Appendix B); the one place that convention lives. From the rows' ``pA_hat``, or
+    from their counts ``n_a``/``n`` (0 where n = 0: ISS abstained without sampling)."""
+    if (pa_hat is None) == (n_a is None or n is None):
+        raise TypeError("true_label_pa takes pa_hat, or n_a and n")
+    if pa_hat is None:
+        n_a, n = np.broadcast_arrays(np.asarray(n_a, dtype=float), np.asarray(n, dtype=float))
+        pa_hat = np.divide(n_a, n, out=np.zeros(n_a.shape), where=n > 0)
     return np.where(np.asarray(correct, dtype=bool), np.asarray(pa_hat, dtype=float), 0.0)
-
-
-def true_label_pa(n_a, n, correct) -> np.ndarray:
-    """:func:`pa_true_label` from the counts: p̂A = n_A/n (0 where n = 0: ISS abstained without sampling)."""
-    n_a, n = np.broadcast_arrays(np.asarray(n_a, dtype=float), np.asarray(n, dtype=float))
-    return pa_true_label(np.divide(n_a, n, out=np.zeros(n_a.shape), where=n > 0), correct)
 
 
 def pa_ecdf(pa, grid=ECDF_GRID) -> np.ndarray:
@@ -60,7 +60,7 @@ def summarize(radius, correct, predict, pa_hat, *, radii, n=None, samples=None, 
     ``mean_samples`` (input-specific sampling makes them vary by input).
     """
     correct = np.asarray(correct, dtype=bool)
-    pa = pa_true_label(pa_hat, correct)
+    pa = true_label_pa(correct, pa_hat)
     cert = certified_accuracy(radius, correct, radii)
     extra = {}
     for key, values in (("mean_n", n), ("mean_samples", samples)):

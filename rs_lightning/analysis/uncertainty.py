@@ -114,7 +114,7 @@ class Counts:
     @property
     def pa(self) -> np.ndarray:
         """p̂_A of the true label (0 where wrong or abstained), as the report's curve uses it."""
-        return true_label_pa(self.n_a, self.n, self.correct)
+        return true_label_pa(self.correct, n_a=self.n_a, n=self.n)
 
     @property
     def certified_radius(self) -> np.ndarray:

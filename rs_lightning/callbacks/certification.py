@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
-from rs_lightning.analysis.metrics import ECDF_GRID, pa_true_label
+from rs_lightning.analysis.metrics import ECDF_GRID, true_label_pa
 from rs_lightning.analysis.plots import pa_ecdf_figure, save_figure
 from rs_lightning.analysis.results import certify_rows
 from rs_lightning.analysis.uncertainty import DEFAULT_BETA, Band, Counts, check_beta, pa_curve_band
@@ -184,7 +184,7 @@ class CertificationCallback(pl.Callback):
             rows = certify_rows(result, labels, seconds)
             column = {key: np.array([row[key] for row in rows]) for key in rows[0]}
             columns.append(column)
-            pa = pa_true_label(column["pA_hat"], column["correct"])
+            pa = true_label_pa(column["correct"], column["pA_hat"])
             abstained += int((column["predict"] < 0).sum())
             for metric in metrics.values():
                 metric.update(

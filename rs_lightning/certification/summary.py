@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rs_lightning.analysis.metrics import pa_true_label, summarize, summarize_predictions
+from rs_lightning.analysis.metrics import summarize, summarize_predictions, true_label_pa
 from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
 from rs_lightning.analysis.results import (
     FolderLock,
@@ -97,7 +97,7 @@ def finish_run(out: Path, settings: RunRecord, radius_step: float | None = None)
             out / "certified_accuracy.png",
         )
         save_figure(
-            pa_ecdf_figure({label: pa_true_label(rows["pA_hat"], rows["correct"])}), out / "pa_ecdf.png"
+            pa_ecdf_figure({label: true_label_pa(rows["correct"], rows["pA_hat"])}), out / "pa_ecdf.png"
         )
     print(format_summary(summary))
     print(f"results: {out}")

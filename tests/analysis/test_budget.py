@@ -46,7 +46,7 @@ def synthetic_run(n: int, size: int = 400, seed: int = 0) -> dict:
 @pytest.mark.parametrize("n", [100, 1000, 100_000])
 def test_plugin_at_the_run_budget_reproduces_certified_accuracy_and_acr_exactly(n):
     rows = synthetic_run(n)
-    pa = true_label_pa(rows["nA"], rows["n"], rows["correct"])
+    pa = true_label_pa(rows["correct"], n_a=rows["nA"], n=rows["n"])
     radius, certified = plugin_radius(pa, n, SIGMA, ALPHA)
     np.testing.assert_array_equal(certified, rows["correct"])
     np.testing.assert_array_equal(radius, np.where(rows["correct"], rows["radius"], 0.0))
@@ -63,7 +63,7 @@ def test_plugin_at_the_run_budget_reproduces_a_real_certify_run(trained_digits, 
     summary = certify(certify_config(tmp_path, trained_digits["checkpoint"], ["n=500", "skip=6"]))
     rows = read_results(tmp_path / "certify.tsv")
     n, sigma, alpha = summary["settings"]["n"], summary["settings"]["sigma"], summary["settings"]["alpha"]
-    pa = true_label_pa(rows["nA"], rows["n"], rows["correct"])
+    pa = true_label_pa(rows["correct"], n_a=rows["nA"], n=rows["n"])
     radius, certified = plugin_radius(pa, n, sigma, alpha)
     np.testing.assert_array_equal(certified, rows["correct"].astype(bool))
     # the TSV stores radii with 10 significant digits; the recomputed ones print identically
@@ -179,7 +179,7 @@ def test_constant_classifier_run_converts_to_the_closed_form_at_every_budget(n):
     labels = np.random.default_rng(3).integers(0, 10, 500)
     correct = labels == 0
     radius = np.where(correct, radius_from_pa(clopper_pearson_lower(n, n, ALPHA), SIGMA), 0.0)
-    pa = true_label_pa(np.full(500, n), np.full(500, n), correct)
+    pa = true_label_pa(correct, n_a=np.full(500, n), n=np.full(500, n))
     share = correct.mean()
     assert average_certified_radius(radius, correct) == pytest.approx(
         constant_classifier_acr(share, SIGMA, ALPHA, n), rel=1e-12
@@ -196,7 +196,7 @@ def test_true_label_pa_uses_each_rows_own_n_and_zero_for_unsampled_rows():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no 0/0 warning
-        pa = true_label_pa([90, 0, 450, 10], [100, 0, 500, 20], [1, 0, 1, 0])
+        pa = true_label_pa([1, 0, 1, 0], n_a=[90, 0, 450, 10], n=[100, 0, 500, 20])
     np.testing.assert_allclose(pa, [0.9, 0.0, 0.9, 0.0])
 
 
