@@ -345,6 +345,28 @@ def test_paired_identical_runs_and_certified_accuracy_at_radii(tmp_path, capsys)
     assert out[2].startswith("certified accuracy at r=0.4: ") and "+0.5000" in out[2]
 
 
+def test_paired_takes_every_job_of_a_multirun_folder_and_one_reference(tmp_path, capsys):
+    """Catches an OTHER multirun folder reduced to its first job (each path was loaded as one run, silently),
+    and a REFERENCE folder holding several runs taken as its first."""
+    a = _rows(tmp_path / "a", [0.5, 0.4], [1, 1])
+    sweep = tmp_path / "sweep"
+    for job, radii in (("0_sigma-0.25", [0.5, 0.1]), ("1_sigma-0.5", [0.2, 0.2])):
+        (sweep / job).mkdir(parents=True)
+        _rows(sweep / job, radii, [1, 1])
+    assert main(["paired", str(a), str(sweep)]) == 0
+    out = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ACR: ")]
+    assert [line.split(": ")[1] for line in out] == [
+        f"{a} - {sweep / job}" for job in ("0_sigma-0.25", "1_sigma-0.5")
+    ]
+    assert "+0.1500" in out[0] and "+0.2500" in out[1]
+    assert main(["paired", str(sweep), str(a)]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("it holds 2 runs; pass one of them as REFERENCE and the rest as OTHER_RUN")
+    )
+
+
 def test_paired_refuses_runs_on_other_inputs_and_bad_values(tmp_path, capsys):
     a = _rows(tmp_path / "a", [0.5], [1])
     b = _rows(tmp_path / "b", [0.5], [1], idx=[7])

@@ -31,7 +31,7 @@ def paired_command(argv: Sequence[str]) -> int:
         "same inputs (each pair with its own generator).",
     )
     parser.add_argument("reference", metavar="REFERENCE_RUN")
-    parser.add_argument("others", nargs="+", metavar="OTHER_RUN")
+    parser.add_argument("others", nargs="+", metavar="OTHER_RUN", help="run folders, or multirun folders")
     parser.add_argument(
         "--radii", nargs="+", type=float, default=[], help="certified accuracy at these radii"
     )
@@ -44,8 +44,13 @@ def paired_command(argv: Sequence[str]) -> int:
         beta = check_beta(args.beta)
         for radius in args.radii:
             require_non_negative("--radii", radius)
-        reference = load_runs([args.reference])[0]
-        others = [load_runs([path])[0] for path in args.others]
+        references, others = load_runs([args.reference]), load_runs(args.others)  # a multirun: every job
+        if len(references) != 1:
+            raise ConfigError(
+                "REFERENCE_RUN", args.reference, "one run folder",
+                f"it holds {len(references)} runs; pass one of them as REFERENCE and the rest as OTHER_RUN",
+            )  # fmt: skip
+        reference = references[0]
         for other in others:  # every pair checked before any CI is printed
             pair = [reference, other]
             assign_labels(pair)
