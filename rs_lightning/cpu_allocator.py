@@ -8,14 +8,14 @@ import os
 import platform
 
 
-@functools.cache  # a process-wide setting: certify.py's plan and execute() both ask for it
+@functools.cache  # a process-wide setting: execute() asks for it, and so does every spawned DDP rank
 def tune_cpu_allocator() -> bool:
     """Keep freed activation buffers in glibc's heap instead of returning them to the OS.
 
-    With glibc defaults, every large CPU forward pass mmaps and page-faults its activations anew; on
-    2 cores that costs ~35% of certification time (bench/README.md). Same effect as
-    ``MALLOC_MMAP_THRESHOLD_=32MiB MALLOC_TRIM_THRESHOLD_=2GiB MALLOC_TOP_PAD_=512MiB``. No-op off glibc
-    or when ``RS_LIGHTNING_DEFAULT_MALLOC=1``.
+    With glibc defaults, every large CPU forward pass mmaps and page-faults its activations anew (high
+    ``sys`` time; bench/README.md: batches of 1,000 were slower per sample than batches of 400). Same
+    effect as ``MALLOC_MMAP_THRESHOLD_=32MiB MALLOC_TRIM_THRESHOLD_=2GiB MALLOC_TOP_PAD_=512MiB``. No-op
+    off glibc or when ``RS_LIGHTNING_DEFAULT_MALLOC=1``.
     """
     if os.environ.get("RS_LIGHTNING_DEFAULT_MALLOC") == "1" or platform.libc_ver()[0] != "glibc":
         return False

@@ -101,7 +101,7 @@ class RankCertification(pl.LightningModule):
         die_with_launcher(self.launcher)
         self._rank_lock = hold_rank_lock(self.plan.out)
         if self.trainer.strategy.root_device.type == "cpu":
-            tune_cpu_allocator()  # spawned ranks are new interpreters: glibc's defaults cost ~35% (bench/)
+            tune_cpu_allocator()  # spawned ranks are new interpreters, with glibc's defaults again
 
     def predict_dataloader(self) -> DataLoader:
         # one batch: this rank's (index, count); Lightning moves batches, so no frozen Part travels in it

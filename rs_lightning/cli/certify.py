@@ -27,7 +27,6 @@ from torch import nn
 from rs_lightning.analysis.results import RunRecord
 from rs_lightning.certification import CertificationPlan, OneProcess, Part, Ranks, execute
 from rs_lightning.certification.ranks import die_with_launcher, launcher_of_this_rank
-from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.data.subset import parse_shard, subset_indices
 from rs_lightning.models.checkpoint import CheckpointMeta, load_classifier
 from rs_lightning.models.normalize import build_classifier
@@ -316,8 +315,6 @@ def plan_run(cfg: DictConfig) -> CertificationPlan:
     else:
         device, record_device, world_size = processes.device, processes.device, 1
     check_precision_supported(spec.precision, device)
-    if device.type == "cpu":
-        tune_cpu_allocator()
     checkpoint = None if cfg.checkpoint is None else Path(cfg.checkpoint)
     model, meta, datamodule, sigma = load_model_and_data(cfg, checkpoint, device)
     spec = resolve_norm(cfg, spec.with_sigma(sigma), model, meta)
