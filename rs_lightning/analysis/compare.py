@@ -247,7 +247,8 @@ def find_run_paths(paths) -> list[Path]:
 
 
 def bound_level(settings: RunRecord) -> float:
-    """The level of a run's Clopper–Pearson bounds (alpha; sequential sampling: alpha per look)."""
+    """The level of a run's rows: alpha (PREDICT's test, Cohen-sampling or ISS bounds), or alpha per look
+    for sequential sampling (which PREDICT never uses)."""
     if settings.sampling != "sequential":
         return float(settings.alpha)
     return settings.spec.bound_alpha
@@ -283,7 +284,7 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
         settings = RunRecord.from_dict(settings.to_dict() | {"sigma": float(sigma)})
     if settings.alpha is not None:  # rows that betray another protocol than their settings.json
         mode = settings.mode or "certify"
-        level = float(settings.alpha) if mode == "predict" else bound_level(settings)
+        level = bound_level(settings)
         mismatch = settings_mismatch(
             rows, mode, level, settings.sigma, settings.norm, settings.dim, settings.noise
         )

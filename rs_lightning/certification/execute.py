@@ -143,8 +143,9 @@ def _check_rows_match(table_path: Path, spec: CertificationSpec, dim: int | None
                 f"rows with {found} (idx {int(rows['idx'][j])})",
                 f"n={spec.n}, n0={spec.n0}",
             )
-        level = spec.alpha if spec.mode == "predict" else spec.bound_alpha
-        mismatch = settings_mismatch(rows, spec.mode, level, spec.sigma, spec.norm, dim, spec.noise)
+        mismatch = settings_mismatch(
+            rows, spec.mode, spec.bound_alpha, spec.sigma, spec.norm, dim, spec.noise
+        )
         if mismatch is not None:
             _refuse_rows(table_path, path, *mismatch)
 

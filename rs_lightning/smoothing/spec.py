@@ -290,8 +290,9 @@ class CertificationSpec:
 
     @property
     def bound_alpha(self) -> float:
-        """The level of each row's Clopper–Pearson bound: ``alpha``, or for ``sampling=sequential`` alpha
-        split evenly over its looks (:func:`~rs_lightning.smoothing.sequential.look_schedule`)."""
+        """The level of each row's Clopper–Pearson bound (PREDICT: of its test): ``alpha``, or for
+        ``sampling=sequential`` (CERTIFY only) alpha split evenly over its looks
+        (:func:`~rs_lightning.smoothing.sequential.look_schedule`)."""
         if self.sampling != "sequential":
             return self.alpha
         from .sequential import look_schedule
