@@ -1,8 +1,8 @@
 """torchmetrics Metrics over per-input smoothing results: pA estimates, ACR, certified accuracy, pA ECDF.
 
 Every metric keeps per-input records (``dist_reduce_fx="cat"``) keyed by dataset index and drops repeated
-indices at ``compute``, so the padding a DistributedSampler adds is never counted twice. Their functional
-twins are in :mod:`rs_lightning.analysis.metrics`.
+indices at ``compute``, so the padding a DistributedSampler adds is never counted twice; ``compute`` then
+applies the one definition of each metric, in :mod:`rs_lightning.analysis.metrics`, to the gathered records.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
+from rs_lightning.analysis import metrics
 from rs_lightning.analysis.metrics import ECDF_GRID
 
 _STATE_DTYPES = {"index": torch.long, "correct": torch.bool, "radius": torch.float64, "pa": torch.float64}
@@ -71,6 +72,9 @@ class _PerInputMetric(Metric):
         keep = order[first]
         return index[first], correct[keep], radius[keep], pa[keep]
 
+    def _tensor(self, values) -> torch.Tensor:
+        return torch.as_tensor(values, dtype=torch.float64, device=self.device)
+
 
 class PAEstimates(_PerInputMetric):
     """Per-input p̂A (true label; 0 if wrong/abstained). ``compute`` → ``(index, pa)`` sorted by index."""
@@ -85,7 +89,7 @@ class AverageCertifiedRadius(_PerInputMetric):
 
     def compute(self) -> torch.Tensor:
         _, correct, radius, _ = self.records()
-        return torch.where(correct, radius, 0.0).mean() if correct.numel() else radius.new_zeros(())
+        return self._tensor(metrics.average_certified_radius(radius.cpu().numpy(), correct.cpu().numpy()))
 
 
 class CertifiedAccuracy(_PerInputMetric):
@@ -98,10 +102,9 @@ class CertifiedAccuracy(_PerInputMetric):
 
     def compute(self) -> torch.Tensor:
         _, correct, radius, _ = self.records()
-        radii = torch.tensor(self.radii, dtype=torch.float64, device=self.device)
-        if not correct.numel():
-            return torch.zeros_like(radii)
-        return ((radius[None, :] >= radii[:, None]) & correct[None, :]).double().mean(dim=1)
+        return self._tensor(
+            metrics.certified_accuracy(radius.cpu().numpy(), correct.cpu().numpy(), self.radii)
+        )
 
 
 class PAEcdf(_PerInputMetric):
@@ -114,7 +117,4 @@ class PAEcdf(_PerInputMetric):
 
     def compute(self) -> torch.Tensor:
         _, _, _, pa = self.records()
-        grid = torch.tensor(self.grid, dtype=torch.float64, device=self.device)
-        if not pa.numel():
-            return torch.zeros_like(grid)
-        return (pa[None, :] >= grid[:, None] - 1e-12).double().mean(dim=1)
+        return self._tensor(metrics.pa_ecdf(pa.cpu().numpy(), self.grid))
