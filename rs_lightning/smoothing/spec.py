@@ -70,8 +70,8 @@ class IssSettings:
             the spec's ``norm``: L2, or L∞ where radii are √d times smaller) or ``rd`` (at most the share
             ``max_decline`` of it).
         max_decline: the allowed decline c (paper: AD 0.05 / 0.1, RD 0.01 / 0.05).
-        k0: pilot draws; None → 0.01·n (the paper's setting as briefed, unverified; the authors' script
-            uses 0.02·n: ``scripts/run_cifar10.sh``).
+        k0: pilot draws; None → 0.01·n (this project's default, not checked against Chen et al. 2022's
+            text; roy-ch/Input-Specific-Certification ``scripts/run_cifar10.sh`` uses 0.02·n).
         granularity: sample sizes are multiples of this; None → n / 500 (the authors' batch 200 at n = 1e5).
         reuse_pilot: add the pilot counts to the bound, as the reference implementation does. Its guarantee
             is not established (the sample size depends on the pilot); off by default.
