@@ -16,13 +16,14 @@ run_step() {  # run_step COMMAND...: print it ("+ ...", shell-quoted), then run 
   [ "${DRY_RUN:-0}" = 1 ] || "$@"
 }
 
+already_done() {  # already_done FILE WHAT: status 0, and "# WHAT (FILE): skipped", when FILE exists
+  [ -f "$1" ] && echo "# $2 ($1): skipped"
+}
+
 train_run() {  # train_run DIR OVERRIDES...: train.py "OVERRIDES" into DIR, then DIR/train.done; skipped when done
   local dir=$1
   shift
-  if [ -f "$dir/train.done" ]; then
-    echo "# training in $dir is finished ($dir/train.done): skipped"
-    return 0
-  fi
+  already_done "$dir/train.done" "training in $dir is finished" && return 0
   run_step "$PY" train.py "$@" "hydra.run.dir=$dir" ckpt_path=last || return  # (set -e is off inside `a && b`)
   [ "${DRY_RUN:-0}" = 1 ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/train.done"
 }
@@ -39,10 +40,7 @@ soft_labels_run() {  # soft_labels_run TRAIN_DIR OUTPUT OVERRIDES...: soft_label
   local train=$1 output=$2
   shift 2
   require_trained "$train" || return
-  if [ -f "$output" ]; then
-    echo "# soft labels $output exist: skipped"
-    return 0
-  fi
+  already_done "$output" "soft labels exist" && return 0
   run_step "$PY" soft_labels.py "checkpoint=$train/checkpoints/last.ckpt" "output=$output" "$@"
 }
 
@@ -51,10 +49,7 @@ certify_run() {  # certify_run TRAIN_DIR OUT_DIR OVERRIDES...: certify.py on TRA
   local train=$1 dir=$2
   shift 2
   require_trained "$train" || return
-  if [ -f "$dir/summary.json" ]; then
-    echo "# certification in $dir is finished ($dir/summary.json): skipped"
-    return 0
-  fi
+  already_done "$dir/summary.json" "certification in $dir is finished" && return 0
   run_step "$PY" certify.py "checkpoint=$train/checkpoints/${CHECKPOINT:-last.ckpt}" "$@" "output_dir=$dir" \
     "hydra.run.dir=$dir"
 }
