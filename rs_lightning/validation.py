@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 
 class ConfigError(ValueError):
@@ -69,7 +70,11 @@ def require_share(key: str, value) -> None:
         raise ConfigError(key, value, "in [0, 1]")
 
 
-def readable_format(version, newest: int) -> bool:
-    """Whether a stored record's ``format`` tag is one this version reads: an int from 0 (untagged) to
-    ``newest`` (the checkpoint metadata and the run records share the rule)."""
-    return isinstance(version, int) and not isinstance(version, bool) and 0 <= version <= newest
+def unreadable_format(values: Mapping, newest: int) -> str | None:
+    """None when a stored record's ``format`` tag is one this version reads (an int from 0, untagged, to
+    ``newest``), else why not, to follow the record's source in its one-line error (the checkpoint metadata
+    and the run records share the rule)."""
+    version = values.get("format", 0)
+    if isinstance(version, int) and not isinstance(version, bool) and 0 <= version <= newest:
+        return None
+    return f"format={version!r}, which this rs-lightning does not read (formats 0 to {newest})"

@@ -39,7 +39,7 @@ from rs_lightning.smoothing.certificate import L2, of
 from rs_lightning.smoothing.engine import ABSTAIN
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS, CertificationSpec
 from rs_lightning.smoothing.stats import clopper_pearson_lower
-from rs_lightning.validation import readable_format
+from rs_lightning.validation import unreadable_format
 
 COLUMNS = (
     "idx",
@@ -387,12 +387,8 @@ fp32 CERTIFY with Cohen's sampling of Gaussian L2 radii)."""
 def _check_format(values, source: str) -> None:
     if not isinstance(values, dict):
         raise ResultFileError(f"{source} is not a JSON object; restore it or choose another output_dir")
-    version = values.get("format", 0)
-    if not readable_format(version, RUN_FORMAT):
-        raise ResultFileError(
-            f"{source} has format={version!r}, which this rs-lightning does not read (formats 0 to "
-            f"{RUN_FORMAT}); update rs-lightning"
-        )
+    if why := unreadable_format(values, RUN_FORMAT):
+        raise ResultFileError(f"{source} has {why}; update rs-lightning")
 
 
 @dataclass(frozen=True)

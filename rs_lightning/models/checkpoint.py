@@ -22,7 +22,7 @@ from torch import nn
 
 from rs_lightning.registry import RegistryError, check_plain
 from rs_lightning.smoothing.certificate import NOISES
-from rs_lightning.validation import readable_format
+from rs_lightning.validation import unreadable_format
 
 from .normalize import Normalize, build_classifier
 from .registry import MODELS
@@ -135,11 +135,9 @@ def _check_metadata(meta: Any, source: str | os.PathLike) -> None:
 
     if not isinstance(meta, dict):
         raise refuse(f"{CHECKPOINT_KEY!r} is a {type(meta).__name__}, not a mapping")
-    version = meta.get("format", 0)
-    if not readable_format(version, CHECKPOINT_FORMAT):
+    if why := unreadable_format(meta, CHECKPOINT_FORMAT):
         raise CheckpointError(
-            f"{source} has metadata format={version!r}, which this rs-lightning does not read (formats 0 to "
-            f"{CHECKPOINT_FORMAT}); update rs-lightning or use a checkpoint written by its train.py"
+            f"{source} has metadata {why}; update rs-lightning or use a checkpoint written by its train.py"
         )
     shape = meta.get("input_shape")
     if not (isinstance(shape, list | tuple) and len(shape) == 3 and all(_is_count(v) for v in shape)):
