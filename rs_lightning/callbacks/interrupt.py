@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -14,16 +16,52 @@ class CheckpointOnInterrupt(pl.Callback):
     """On ``KeyboardInterrupt`` (Ctrl-C) or SIGTERM (a cluster's preemption or time limit, ``kill``) while
     fitting, save ``<dirpath>/last.ckpt`` (the state at the interrupt).
 
-    Lightning catches Ctrl-C at once and exits with status 1; it notes a SIGTERM and raises
-    ``SIGTERMException`` at the next training or validation batch (work between batches, e.g. the
-    ACR-gaming p̂ estimate at an epoch start, finishes first), and :func:`rs_lightning.cli.train.train`
-    then exits with status 143. Nothing is written when the weights are non-finite (the method refuses to
-    save them), so the previous ``last.ckpt`` stays. A checkpoint written mid-epoch resumes mid-epoch (see
-    docs/scaling.md on what that keeps bit-identical).
+    Both stop at a batch boundary. Lightning notes a SIGTERM and raises ``SIGTERMException`` at the next
+    training or validation batch; a single-process run here does the same with Ctrl-C (a second Ctrl-C
+    stops at once). A ``KeyboardInterrupt`` raised mid-batch — after the optimizer step but before
+    Lightning counted the batch as completed — left a checkpoint that repeated that batch on resume (one
+    step too many; seen as 541 steps for 540). Work between batches, e.g. the ACR-gaming p̂ estimate at an
+    epoch start, finishes first. Lightning then exits with status 1 (Ctrl-C), and
+    :func:`rs_lightning.cli.train.train` with 143 (SIGTERM). Nothing is written when the weights are
+    non-finite (the method refuses to save them), so the previous ``last.ckpt`` stays. A checkpoint written
+    mid-epoch resumes mid-epoch (see docs/scaling.md on what that keeps bit-identical). Under DDP, and where
+    SIGINT is ignored or handled by someone else, Ctrl-C is left to Python and Lightning as it is.
     """
 
     def __init__(self, dirpath: str) -> None:
         self.dirpath = Path(dirpath)
+        self._ctrl_c = False
+        self._previous = None
+
+    # ------------------------------------------------------------ Ctrl-C at a batch boundary
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._ctrl_c = False
+        in_charge = threading.current_thread() is threading.main_thread() and trainer.world_size == 1
+        if in_charge and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._note_ctrl_c)
+
+    def _note_ctrl_c(self, signum, frame) -> None:
+        if self._ctrl_c:  # the second Ctrl-C: at once
+            raise KeyboardInterrupt
+        self._ctrl_c = True
+        print("Ctrl-C: stopping at the next batch (Ctrl-C again to stop at once)", flush=True)
+
+    def _stop_if_asked(self) -> None:
+        if self._ctrl_c:
+            raise KeyboardInterrupt
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._stop_if_asked()
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self._stop_if_asked()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Give SIGINT back, unless Lightning took it over at an interrupt (it ignores further Ctrl-C
+        while it shuts down)."""
+        if self._previous is not None and signal.getsignal(signal.SIGINT) == self._note_ctrl_c:
+            signal.signal(signal.SIGINT, self._previous)
+        self._previous = None
 
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
