@@ -11,10 +11,11 @@ from rs_lightning.cli.certify import certify
 from rs_lightning.cli.train import train
 
 
-def run(script: str, *overrides: str, cwd=REPO) -> subprocess.CompletedProcess:
+def run(script: str, *overrides: str, cwd=REPO, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REPO / script), *overrides], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
+        [sys.executable, str(REPO / script), *overrides], cwd=cwd, capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
 
 
 def test_certify_cli_reports_user_errors_in_one_line(tmp_path):
@@ -79,6 +80,7 @@ def test_demo_defaults_run_from_the_command_line(tmp_path):
         f"checkpoint={tmp_path}/train/checkpoints/last.ckpt",
         "n=10000",
         f"hydra.run.dir={tmp_path}/certify",
+        timeout=1200,  # 360 inputs at n = 10,000: 2 min alone, over 5 beside make test-all's other worker
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ACR" in done.stdout
