@@ -34,7 +34,9 @@ class CheckpointOnInterrupt(pl.Callback):
         self._previous = None
 
     # ------------------------------------------------------------ Ctrl-C at a batch boundary
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """After Lightning's own signal handlers (it notes the handlers it finds and puts them back at its
+        teardown, also after a failed fit: Python's, not this one)."""
         self._ctrl_c = False
         in_charge = threading.current_thread() is threading.main_thread() and trainer.world_size == 1
         if in_charge and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -57,8 +59,11 @@ class CheckpointOnInterrupt(pl.Callback):
         self._stop_if_asked()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Give SIGINT back, unless Lightning took it over at an interrupt (it ignores further Ctrl-C
-        while it shuts down)."""
+        self._give_back_sigint()
+
+    def _give_back_sigint(self) -> None:
+        """Restore SIGINT's handler, unless Lightning took it over at an interrupt (it ignores further
+        Ctrl-C while it shuts down)."""
         if self._previous is not None and signal.getsignal(signal.SIGINT) == self._note_ctrl_c:
             signal.signal(signal.SIGINT, self._previous)
         self._previous = None
@@ -66,6 +71,7 @@ class CheckpointOnInterrupt(pl.Callback):
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
+        self._give_back_sigint()  # a failed fit (e.g. a non-finite loss) leaves Ctrl-C as it found it
         if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
             return
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking or trainer.global_step == 0:

@@ -377,6 +377,24 @@ def test_ctrl_c_after_an_optimizer_step_stops_at_the_next_batch_and_resume_does_
     assert steps[0] == steps[1] > 7
 
 
+def test_a_finished_or_failed_fit_gives_ctrl_c_back(tmp_path):
+    """The deferred Ctrl-C handler is the fit's only: after a fit that finished, and after one that stopped
+    on a non-finite loss, SIGINT raises KeyboardInterrupt again (catches a handler left behind, under which
+    a notebook's or script's next Ctrl-C would only print a message)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        train(train_config(tmp_path / "ok", ["optim.max_epochs=1", "data.batch_size=256", *QUIET]))
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(NonFiniteLossError):
+            train(
+                train_config(tmp_path / "nan", ["optim.max_epochs=2", "data.batch_size=256", *QUIET]),
+                extra_callbacks=[InjectNaN(1, 0)],
+            )
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _reset_sigint() -> None:
     """A job started with `&` from a non-interactive shell ignores SIGINT, and so does every process it
     starts (train.py then never sees the test's Ctrl-C: exit status 0); a terminal's Ctrl-C is the default."""
