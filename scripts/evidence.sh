@@ -39,8 +39,8 @@ soft_labels_run() {  # soft_labels_run TRAIN_DIR OUTPUT OVERRIDES...: soft_label
   # TRAIN_DIR's finished training into OUTPUT; skipped when OUTPUT exists
   local train=$1 output=$2
   shift 2
-  require_trained "$train" || return
   already_done "$output" "soft labels exist" && return 0
+  require_trained "$train" || return
   run_step "$PY" soft_labels.py "checkpoint=$train/checkpoints/last.ckpt" "output=$output" "$@"
 }
 

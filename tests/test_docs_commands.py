@@ -141,7 +141,8 @@ COVERED = {
         "tests/methods/test_ars_training.py::test_a_training_step_runs_and_the_checkpoint_certifies_in_linf"
     ),
     r"bash scripts/(mnist_reproduction|mnist_comparison|acr_gaming_comparison|ars_clutter)\.sh": (
-        "tests/scripts/test_evidence_scripts.py::test_dry_run_prints_commands_and_runs_nothing"
+        "tests/scripts/test_evidence_scripts.py::"
+        "test_a_failed_background_training_fails_the_script_before_any_later_stage"
     ),
     r"for job in multirun/train/": (
         "tests/cli/test_sweeps.py::test_the_docs_loop_certifies_every_job_of_a_sweep_and_reports_them"

@@ -377,6 +377,20 @@ def test_ctrl_c_after_an_optimizer_step_stops_at_the_next_batch_and_resume_does_
     assert steps[0] == steps[1] > 7
 
 
+def test_ctrl_c_after_the_last_step_still_ends_the_run_as_interrupted(tmp_path):
+    """Ctrl-C during the last training step: only the epoch's validation (or nothing) follows, and the run
+    must still end as interrupted (status 1), never as a finished training (status 0) that a job script
+    would go on from."""
+    overrides = ["optim.max_epochs=1", "data.batch_size=256", *QUIET]  # 6 steps on the digits
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            train(train_config(tmp_path, overrides), extra_callbacks=[CtrlCAfterStep(at=6)])
+        assert stop.value.code == 1
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_a_finished_or_failed_fit_gives_ctrl_c_back(tmp_path):
     """The deferred Ctrl-C handler is the fit's only: after a fit that finished, and after one that stopped
     on a non-finite loss, SIGINT raises KeyboardInterrupt again (catches a handler left behind, under which

@@ -44,13 +44,19 @@ def paired_command(argv: Sequence[str]) -> int:
         beta = check_beta(args.beta)
         for radius in args.radii:
             require_non_negative("--radii", radius)
-        references, others = load_runs([args.reference]), load_runs(args.others)  # a multirun: every job
+        references = load_runs([args.reference])
         if len(references) != 1:
             raise ConfigError(
                 "REFERENCE_RUN", args.reference, "one run folder",
                 f"it holds {len(references)} runs; pass one of them as REFERENCE and the rest as OTHER_RUN",
             )  # fmt: skip
         reference = references[0]
+        others = []
+        for path in args.others:  # a multirun folder: every job in it but the reference itself
+            runs = load_runs([path])
+            if len(runs) > 1:
+                runs = [run for run in runs if run.path.resolve() != reference.path.resolve()]
+            others += runs
         for other in others:  # every pair checked before any CI is printed
             pair = [reference, other]
             assign_labels(pair)
