@@ -34,12 +34,11 @@ class CheckpointOnInterrupt(pl.Callback):
     def __init__(self, dirpath: str) -> None:
         self.dirpath = Path(dirpath)
         self._ctrl_c = False
-        self._previous = None
 
     # ------------------------------------------------------------ Ctrl-C at a batch boundary
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """After Lightning's own signal handlers (it notes the handlers it finds and puts them back at its
-        teardown, also after a failed fit: Python's, not this one)."""
+        """Installed after Lightning's signal connector noted the handlers it finds: its teardown puts
+        Python's handler back after every fit, finished or failed, so this one never outlives the fit."""
         self._ctrl_c = False
         in_charge = threading.current_thread() is threading.main_thread() and trainer.world_size == 1
         if (
@@ -47,7 +46,7 @@ class CheckpointOnInterrupt(pl.Callback):
             and not _loader_workers(trainer)
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler
         ):
-            self._previous = signal.signal(signal.SIGINT, self._note_ctrl_c)
+            signal.signal(signal.SIGINT, self._note_ctrl_c)
 
     def _note_ctrl_c(self, signum, frame) -> None:
         if self._ctrl_c:  # the second Ctrl-C: at once
@@ -71,19 +70,10 @@ class CheckpointOnInterrupt(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._ctrl_c = False
-        self._give_back_sigint()
-
-    def _give_back_sigint(self) -> None:
-        """Restore SIGINT's handler, unless Lightning took it over at an interrupt (it ignores further
-        Ctrl-C while it shuts down)."""
-        if self._previous is not None and signal.getsignal(signal.SIGINT) == self._note_ctrl_c:
-            signal.signal(signal.SIGINT, self._previous)
-        self._previous = None
 
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        self._give_back_sigint()  # a failed fit (e.g. a non-finite loss) leaves Ctrl-C as it found it
         if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
             return
         if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking or trainer.global_step == 0:
