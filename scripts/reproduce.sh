@@ -107,7 +107,6 @@ if [ -n "$PRETRAIN" ]; then
 fi
 
 train_run "$OUT/train" "experiment=$EXPERIMENT" "${METHOD_ARGS[@]}" "${DATA_ARGS[@]}" "${EXTRA_ARGS[@]}"
-require_trained "$OUT/train"
 
 run_step "$PY" certify.py "checkpoint=$OUT/train/checkpoints/last.ckpt" "n0=$CELL_N0" "n=$CELL_N" "alpha=$CELL_ALPHA" \
   "start=$CELL_START" "skip=$CELL_SKIP" "max=$CELL_MAX" "${CERTIFY_ARGS[@]}" "output_dir=$OUT/certify"
