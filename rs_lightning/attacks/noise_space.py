@@ -85,7 +85,7 @@ def kl_noise_pgd(
     steps: int,
     copies: int = 1,
 ) -> torch.Tensor:
-    """CAT-RS worst-case noise (Jeong, Kim & Shin, AAAI 2023, §3; alinlab/smoothing-catrs
+    """CAT-RS worst-case noise (Jeong, Kim & Shin, AAAI 2023; alinlab/smoothing-catrs
     ``code/train_catrs.py`` ``KL_PGD``).
 
     Maximises ``(1/copies)·Σ_rows KL(p ‖ softmax(f(x + δ)))`` — Σ_b (1/M) Σ_i KL(p_b ‖ F(x_b + δ_i)) when the

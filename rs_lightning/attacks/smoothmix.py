@@ -1,4 +1,4 @@
-"""SmoothMix's adversarial path on the soft smoothed classifier (Jeong et al., NeurIPS 2021, §3).
+"""SmoothMix's adversarial path on the soft smoothed classifier (Jeong et al., NeurIPS 2021).
 
 The "SmoothMix-PGD" of jh-jeong/smoothmix ``code/train.py`` (``SmoothMix_PGD``): unbounded
 normalized-gradient ascent of ``-log F̄_y`` from the clean input, where F̄ is the softmax averaged over the m

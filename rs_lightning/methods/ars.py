@@ -1,4 +1,4 @@
-"""Adaptive Randomized Smoothing training (Lyu et al., NeurIPS 2024, §3-4;
+"""Adaptive Randomized Smoothing training (Lyu et al., NeurIPS 2024;
 ubc-systopia/adaptive-randomized-smoothing ``src/train.py`` and ``src/configs/*.yaml``).
 
 End to end, one loss: cross-entropy on the logits of the certified pipeline (:mod:`rs_lightning.models.ars`)

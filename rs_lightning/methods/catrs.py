@@ -1,4 +1,4 @@
-"""CAT-RS: confidence-aware training of smoothed classifiers (Jeong, Kim & Shin, AAAI 2023, §3).
+"""CAT-RS: confidence-aware training of smoothed classifiers (Jeong, Kim & Shin, AAAI 2023).
 
 Step semantics of alinlab/smoothing-catrs ``code/train_catrs.py`` (``train``, ``KL_PGD``) and
 ``EXPERIMENTS.MD``.
@@ -51,7 +51,7 @@ def bottom_k_sum(losses: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 class CATRS(SmoothingMethod):
-    """CAT-RS (Jeong, Kim & Shin, AAAI 2023, §3): sample-wise control of the smoothed-classifier target.
+    """CAT-RS (Jeong, Kim & Shin, AAAI 2023): sample-wise control of the smoothed-classifier target.
 
     Per chunk of B/M images x with labels y and soft labels p_b (``num_chunks = M``),
     M noises δ_i ~ N(0, σ²I) (alinlab/smoothing-catrs ``code/train_catrs.py``):

@@ -1,4 +1,4 @@
-"""Consistency regularization (Jeong & Shin, NeurIPS 2020, §3; jh-jeong/smoothing-consistency)."""
+"""Consistency regularization (Jeong & Shin, NeurIPS 2020; jh-jeong/smoothing-consistency)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ LOSSES = ("default", "xent", "kl", "mse")
 
 
 class Consistency(SmoothingMethod):
-    """Gaussian augmentation plus consistency of the m noisy predictions (Jeong & Shin, NeurIPS 2020, §3;
+    """Gaussian augmentation plus consistency of the m noisy predictions (Jeong & Shin, NeurIPS 2020;
     jh-jeong/smoothing-consistency ``code/consistency.py``, ``code/train_consistency.py``). The loss does not
     assume the Gaussian form: ``noise=laplace|uniform`` draws the m copies from that noise.
 

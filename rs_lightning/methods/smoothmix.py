@@ -1,4 +1,4 @@
-"""SmoothMix (Jeong, Park, Kim, Lee, Kim & Shin, NeurIPS 2021, §3; jh-jeong/smoothmix)."""
+"""SmoothMix (Jeong, Park, Kim, Lee, Kim & Shin, NeurIPS 2021; jh-jeong/smoothmix)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .base import SmoothingMethod
 
 
 class SmoothMix(SmoothingMethod):
-    """Self-mixup along the adversarial path of the smoothed classifier (Jeong et al., NeurIPS 2021, §3;
+    """Self-mixup along the adversarial path of the smoothed classifier (Jeong et al., NeurIPS 2021;
     jh-jeong/smoothmix ``code/train.py``).
 
     Per chunk of B/m images (``num_chunks = m``) with m noises δ_i ~ N(0, σ²I), drawn once and

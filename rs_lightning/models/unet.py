@@ -1,4 +1,4 @@
-"""The mask network of Adaptive Randomized Smoothing (Lyu et al., NeurIPS 2024, §4;
+"""The mask network of Adaptive Randomized Smoothing (Lyu et al., NeurIPS 2024;
 ubc-systopia/adaptive-randomized-smoothing ``src/models/unet.py``).
 
 A compact UNet with three down and three up levels of widths c, 2c, 4c, 8c: conv blocks of two 3×3
