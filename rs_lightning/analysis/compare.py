@@ -22,7 +22,15 @@ from rs_lightning.validation import ConfigError
 
 from .budget import class_shares
 from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf, true_label_pa
-from .results import ResultFileError, RunRecord, RunSummary, in_subset, read_results, settings_mismatch
+from .results import (
+    ResultFileError,
+    RunRecord,
+    RunSummary,
+    fingerprints,
+    in_subset,
+    read_results,
+    settings_mismatch,
+)
 
 PROTOCOL_KEYS = ("subset", "dataset", "inputs_sha256", *SPEC_PROTOCOL_KEYS)
 """The inputs (idx set, the dataset — its name and file hash where recorded — and the hash of the certified
@@ -268,6 +276,8 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
         if settings == RunRecord():  # none recorded: the copy in summary.json, if any
             summary = RunSummary.read(tsv.parent)
             settings = settings if summary is None else summary.settings
+    every_row, recorded = rows, settings
+    if tsv.name == "certify.tsv":
         keep = in_subset(rows["idx"], settings.subset)
         rows = {k: v[keep] for k, v in rows.items()}
     if rows["idx"].size == 0:
@@ -293,7 +303,28 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
                 f"{tsv} holds {mismatch[0]}, but its settings say {mismatch[1]}: rows of two protocols are "
                 "mixed in it; certify the run again into a new folder"
             )
+    _check_fingerprints(tsv, every_row, recorded)
     return Run(path=path, rows=rows, settings=settings)
+
+
+def _check_fingerprints(tsv: Path, rows: dict, settings: RunRecord) -> None:
+    """Refuse rows of more than one protocol fingerprint, or of another than their settings' (rows copied in
+    from another run, whatever the settings they differ in); rows without the column (earlier versions') are
+    checked only for what they record of the settings (:func:`settings_mismatch`)."""
+    found = fingerprints(rows)
+    if not found:
+        return
+    if len(found) > 1:
+        raise ResultFileError(
+            f"{tsv} holds rows of {len(found)} protocols (fingerprints {', '.join(found)}): rows of another "
+            "run were copied in; certify the run again into a new folder"
+        )
+    expected = None if settings == RunRecord() else settings.fingerprint()
+    if expected is not None and found[0] != expected:
+        raise ResultFileError(
+            f"{tsv} holds rows of protocol fingerprint {found[0]}, but its settings give {expected}: rows of "
+            "another run were copied in; certify the run again into a new folder"
+        )
 
 
 def load_runs(paths, sigma: float | None = None) -> list[Run]:

@@ -4,8 +4,9 @@ CERTIFY columns (docs/certification.md, "Output files"): Cohen et al.'s ``idx la
 time`` first, then ``nA n pA_lower pA_hat n0 nA0 samples`` (``n``: estimation draws of this input, which
 input-specific sampling chooses per input; ``samples``: every draw the input cost, selection or pilot
 included). PREDICT columns: ``idx label predict correct time n nA nB pvalue`` (top two counts and the
-two-sided binomial test's p-value). The rows are built here, from engine results, for ``certify.py`` and the
-training callback alike.
+two-sided binomial test's p-value). Both end with ``protocol``, the run's fingerprint
+(:meth:`RunRecord.fingerprint`), so rows of another protocol are recognized wherever they are copied. The rows
+are built here, from engine results, for ``certify.py`` and the training callback alike.
 A rerun reads the rows already written, skips their indices, and redoes a last line that a killed process
 left incomplete. A run folder's ``settings.json`` and ``summary.json`` are written and read only as
 :class:`RunRecord` and :class:`RunSummary` (their versions: :data:`RUN_FORMAT`).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import warnings
@@ -55,14 +57,30 @@ COLUMNS = (
     "n0",
     "nA0",
     "samples",
+    "protocol",
 )
-PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time", "n", "nA", "nB", "pvalue")
-ADDED_LATER = ("samples",)
-"""Columns that files written by earlier versions lack; such files are resumed in their own format (the
-versions: :data:`RUN_FORMAT`)."""
+PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time", "n", "nA", "nB", "pvalue", "protocol")
+FINGERPRINT = "protocol"
+"""The column holding the fingerprint of the run that made the row (:meth:`RunRecord.fingerprint`)."""
+ADDED_LATER = ("samples", FINGERPRINT)
+"""Columns added since the first version, in the order they were added: files written before a column
+existed lack it and every later one (:func:`file_formats`), and are resumed in their own format (the versions:
+:data:`RUN_FORMAT`)."""
 REQUIRED = ("idx", "label", "predict", "radius", "correct")
 PREDICT_REQUIRED = ("idx", "label", "predict", "correct")
 _INT_COLUMNS = {"idx", "label", "predict", "correct", "nA", "nB", "n", "n0", "nA0", "samples"}
+_FINGERPRINT_LENGTH = 16
+
+
+def file_formats(columns: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The headers a file of the table with ``columns`` may have, newest first: ``columns``, then without the
+    last column of :data:`ADDED_LATER`, without the last two, ... (earlier versions' files)."""
+    formats: list[tuple[str, ...]] = []
+    for added in range(len(ADDED_LATER), -1, -1):
+        columns_then = tuple(c for c in columns if c not in ADDED_LATER[added:])
+        if columns_then not in formats:
+            formats.append(columns_then)
+    return formats
 
 
 class ResultFileError(ValueError):
@@ -70,6 +88,8 @@ class ResultFileError(ValueError):
 
 
 def _format(column: str, value) -> str:
+    if column == FINGERPRINT:
+        return str(value)
     if column in _INT_COLUMNS:
         return str(int(value))
     if column == "time":
@@ -86,6 +106,10 @@ def _seconds(value: str) -> float:
 
 
 def _parse(column: str, value: str):
+    if column == FINGERPRINT:
+        if len(value) != _FINGERPRINT_LENGTH or value.strip("0123456789abcdef"):
+            raise ValueError(f"not a fingerprint: {value!r}")
+        return value
     if column in _INT_COLUMNS:
         return int(value)
     return _seconds(value) if column == "time" else float(value)
@@ -264,8 +288,19 @@ def read_results(path: str | os.PathLike, required: tuple[str, ...] = REQUIRED) 
                 )
                 continue
             raise ResultFileError(f"{path}:{lineno} is malformed: {line!r}")
+        if "radius" in row and not row["radius"] >= 0:  # NaN too: certify.py writes neither
+            raise ResultFileError(
+                f"{path}:{lineno} holds radius={row['radius']} (idx {row.get('idx')}): a corrupt or edited "
+                "row (a certified radius is a number >= 0); restore the file or certify the run again"
+            )
         rows.append(row)
     return {c: np.array([r[c] for r in rows]) for c in header}
+
+
+def fingerprints(rows: dict[str, np.ndarray]) -> list[str] | None:
+    """The distinct protocol fingerprints of rows read by :func:`read_results`, sorted; None for a file
+    without the :data:`FINGERPRINT` column (written before it existed, or outside a run)."""
+    return None if FINGERPRINT not in rows else sorted({str(f) for f in rows[FINGERPRINT]})
 
 
 def try_flock(path: str | os.PathLike, shared: bool = False):
@@ -282,11 +317,17 @@ def try_flock(path: str | os.PathLike, shared: bool = False):
 
 
 class ResultWriter:
-    """Appends rows to a TSV; on open, validates the header and repairs an incomplete last line."""
+    """Appends rows to a TSV; on open, validates the header and repairs an incomplete last line.
+    ``protocol``: the run's fingerprint (:meth:`RunRecord.fingerprint`), written in every row; without one
+    (rows made outside a run) the file has no :data:`FINGERPRINT` column. A file of an earlier format
+    (:func:`file_formats`) is appended to in its own format."""
 
-    def __init__(self, path: str | os.PathLike, columns: tuple[str, ...] = COLUMNS):
+    def __init__(
+        self, path: str | os.PathLike, columns: tuple[str, ...] = COLUMNS, protocol: str | None = None
+    ):
         self.path = Path(path)
-        self.columns = columns
+        self.columns = columns if protocol is not None else tuple(c for c in columns if c != FINGERPRINT)
+        self.protocol = protocol
         self.done: set[int] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = try_flock(self.path)
@@ -298,7 +339,7 @@ class ResultWriter:
             ) from None
         self._recover()
         if self.path.stat().st_size == 0:
-            self._file.write("\t".join(columns) + "\n")
+            self._file.write("\t".join(self.columns) + "\n")
             self._file.flush()
 
     def _recover(self) -> None:
@@ -313,10 +354,9 @@ class ResultWriter:
             return
         lines = text.split("\n")
         header = lines[0].split("\t")
-        older = tuple(c for c in self.columns if c not in ADDED_LATER)
-        if tuple(header) == older:
-            self.columns = older  # written before ``samples`` existed: append in the file's own format
-        elif tuple(header) != self.columns:
+        if tuple(header) in file_formats(self.columns):
+            self.columns = tuple(header)  # the file's own format (an earlier version's, or this one)
+        else:
             raise ResultFileError(
                 f"{self.path} has the header {header}, expected {list(self.columns)}; "
                 "write to another output_dir instead of mixing formats"
@@ -336,6 +376,7 @@ class ResultWriter:
         """Append one row (keys = columns) and flush it to the OS."""
         if int(row["idx"]) in self.done:
             raise ResultFileError(f"idx {row['idx']} is already in {self.path}")
+        row = {**row, FINGERPRINT: self.protocol}
         self._file.write("\t".join(_format(c, row[c]) for c in self.columns) + "\n")
         self._file.flush()
         self.done.add(int(row["idx"]))
@@ -382,6 +423,11 @@ SETTINGS_ADDED_LATER = {
 }  # fmt: skip
 """Values of protocol keys that runs recorded before the keys existed had implicitly (every such run was an
 fp32 CERTIFY with Cohen's sampling of Gaussian L2 radii)."""
+
+
+IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model", "data", "device")
+"""With the spec's protocol keys: what a resume must match (what the rows were certified of, and the
+device type, whose noise generators differ: CPU and CUDA rows would not come from one stream)."""
 
 
 def _check_format(values, source: str) -> None:
@@ -472,6 +518,19 @@ class RunRecord:
         out = {key: getattr(self, key) for key in PROTOCOL_KEYS}
         out["precision"] = None if out["precision"] is None else str(out["precision"])
         return out
+
+    def identity(self) -> dict:
+        """What a resume must match, as stored (after a JSON round trip: tuples are lists): the values of the
+        spec's protocol keys (:meth:`protocol`) and of :data:`IDENTITY_KEYS`. Not the subset: a resume may
+        extend ``max``."""
+        stored = RunRecord.from_dict(json.loads(json.dumps(self.to_dict())))
+        return stored.protocol() | {key: getattr(stored, key) for key in IDENTITY_KEYS}
+
+    def fingerprint(self) -> str:
+        """The run's protocol fingerprint, every row's :data:`FINGERPRINT`: the first 16 hex digits of the
+        SHA-256 of :meth:`identity` as canonical JSON (sorted keys, no spaces)."""
+        canonical = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:_FINGERPRINT_LENGTH]
 
     def indices(self) -> list[int]:
         """The input indices of the run (its ``subset``)."""
@@ -574,6 +633,19 @@ def part_tables(table: str | os.PathLike) -> list[Path]:
     return ([table] if table.is_file() else []) + shards
 
 
+def run_columns(table: str | os.PathLike, columns: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns of a new part file of a run whose table has ``columns``: the format of the parts already
+    written, if they have an earlier one (a run begun by an earlier version continues in its format, so its
+    parts merge), else ``columns``."""
+    for path in part_tables(table):
+        with path.open(encoding="utf-8") as f:
+            first = f.readline()
+        header = tuple(first.rstrip("\n").split("\t"))
+        if first.endswith("\n") and header in file_formats(columns):
+            return header
+    return columns
+
+
 def _complete_rows(path: Path, lines: list[str]):
     """``(lineno, line, row)`` of the complete rows of a result file's text split at newlines. The text
     after the last newline is an unfinished row and is left out, as is a malformed last complete row with
@@ -593,10 +665,16 @@ def _complete_rows(path: Path, lines: list[str]):
         yield lineno, line, row
 
 
-def _rows_by_idx(path: Path) -> tuple[str, dict[int, str]]:
-    """Header line and ``{idx: line}`` of a result file's complete rows (see :func:`_complete_rows`)."""
+def _rows_by_idx(path: Path) -> tuple[str, dict[int, str], set[str]]:
+    """Header line, ``{idx: line}`` of a result file's complete rows (see :func:`_complete_rows`) and the
+    fingerprints they carry (none without the column)."""
     lines = path.read_text(encoding="utf-8").split("\n")
-    return lines[0], {row["idx"]: line for _, line, row in _complete_rows(path, lines)}
+    by_idx, found = {}, set()
+    for _, line, row in _complete_rows(path, lines):
+        by_idx[row["idx"]] = line
+        if FINGERPRINT in row:
+            found.add(row[FINGERPRINT])
+    return lines[0], by_idx, found
 
 
 def done_indices(table: str | os.PathLike) -> set[int]:
@@ -611,7 +689,8 @@ def done_indices(table: str | os.PathLike) -> set[int]:
 def merge_parts(table: str | os.PathLike, wanted: list[int]) -> list[int]:
     """Merge the table and its shard files into ``table`` (sorted by idx, atomically; the shard files are
     then removed) once together they hold every ``wanted`` index; returns the indices still missing (then
-    nothing is changed). Two parts holding one index are refused, naming the indices."""
+    nothing is changed). Two parts holding one index are refused, naming the indices, and so are rows of
+    different protocol fingerprints."""
     table = Path(table)
     with (table.parent / ".merge.lock").open("a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # one merger at a time; released when the file closes
@@ -620,16 +699,24 @@ def merge_parts(table: str | os.PathLike, wanted: list[int]) -> list[int]:
 
 def _merge_locked(table: Path, wanted: list[int]) -> list[int]:
     parts = [p for p in part_tables(table) if p.stat().st_size]
-    header, merged, owner, overlap = None, {}, {}, {}
+    header, merged, owner, overlap, protocols = None, {}, {}, {}, {}
     for path in parts:
-        head, rows = _rows_by_idx(path)
+        head, rows, found = _rows_by_idx(path)
         if header is not None and head != header:
             raise ResultFileError(f"{path} has the header {head!r}, other parts {header!r}")
         header = head
+        for fingerprint in sorted(found):
+            protocols.setdefault(fingerprint, path.name)
         for idx, line in rows.items():
             if idx in merged:
                 overlap.setdefault((owner[idx].name, path.name), []).append(idx)
             merged[idx], owner[idx] = line, path
+    if len(protocols) > 1:
+        detail = ", ".join(f"{fingerprint} in {name}" for fingerprint, name in protocols.items())
+        raise ResultFileError(
+            f"parts of {table} hold rows of different protocols (fingerprints {detail}): rows of another run "
+            "were copied in; remove them, or certify into another output_dir"
+        )
     if overlap:
         detail = "; ".join(f"{a} and {b}: idx {sorted(v)[:8]}" for (a, b), v in overlap.items())
         raise ResultFileError(f"parts of {table} overlap ({detail}); remove the duplicate rows of one part")

@@ -4,12 +4,13 @@ merge the parts and summarize once every input has its row.
 
 Rows are appended one by one and flushed, so a killed run resumes from where it stopped: a rerun into the same
 folder skips the indices already certified; a rerun with different statistical settings (sigma, n0, n, alpha,
-seed, split, checkpoint, model) is refused, naming them.
+seed, split, checkpoint, model) is refused, naming them, and so are rows whose protocol fingerprint is not
+this run's (copied in from another run, with or without their settings.json).
 """
 
 from __future__ import annotations
 
-import json
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from rs_lightning.analysis.results import (
     FolderLock,
     ResultFileError,
     RunRecord,
+    fingerprints,
     merge_parts,
     part_tables,
     read_results,
@@ -32,10 +34,6 @@ from rs_lightning.validation import ConfigError
 from .part import certify_part
 from .plan import CertificationPlan, OneProcess, Ranks
 from .summary import finish_run
-
-IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model", "data", "device")
-"""With the spec's protocol keys: what a resume must match (what the rows were certified of, and the
-device type, whose noise generators differ: CPU and CUDA rows would not come from one stream)."""
 
 
 def execute(plan: CertificationPlan) -> dict:
@@ -92,67 +90,72 @@ def _folder_lock(out: Path, processes: OneProcess | Ranks):
 
 
 def check_resume(out: Path, settings: RunRecord, table_path: Path) -> None:
-    """Refuse a folder whose rows were made under other statistical settings (named in the message): those
-    in its ``settings.json`` or, when that is missing, what the rows already there record of them
-    (:func:`_check_rows_match`)."""
+    """Refuse a folder whose rows were made under other statistical settings: those in its ``settings.json``
+    (named in the message); without it, what the rows record of them (:func:`_check_rows_match`, naming it);
+    and in either case rows whose protocol fingerprint is not this run's (rows copied in from another run,
+    differing in any setting). Rows without the column (earlier versions') have only the first two checks."""
     old = RunRecord.read(out)
-    if old is None:
-        _check_rows_match(table_path, settings.spec, settings.dim)
-        return
-    settings = RunRecord.from_dict(json.loads(json.dumps(settings.to_dict())))  # as stored: tuples are lists
-    before = old.protocol() | {k: getattr(old, k) for k in IDENTITY_KEYS}
-    now = settings.protocol() | {k: getattr(settings, k) for k in IDENTITY_KEYS}
-    changed = {k: (before[k], now[k]) for k in now if before[k] != now[k]}
-    if changed:
-        detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in changed.items())
-        raise ConfigError(
-            "output_dir",
-            str(out),
-            "a folder certified with the same settings",
-            f"It holds results for other settings ({detail}); choose another output_dir so no rows are mixed",
-        )
+    if old is not None:
+        before, now = old.identity(), settings.identity()
+        changed = {k: (before[k], now[k]) for k in now if before[k] != now[k]}
+        if changed:
+            detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in changed.items())
+            raise ConfigError(
+                "output_dir", str(out), "a folder certified with the same settings",
+                f"It holds results for other settings ({detail}); choose another output_dir so no rows are "
+                "mixed",
+            )  # fmt: skip
+    fingerprint = settings.fingerprint()
+    for path in part_tables(table_path):
+        try:
+            with warnings.catch_warnings():  # a killed run's last row: its writer warns when it redoes it
+                warnings.simplefilter("ignore")
+                rows = read_results(path, ("idx",)) if path.stat().st_size else {}
+        except ResultFileError:
+            continue  # a malformed or foreign file: the writer and the merge refuse it
+        if old is None and rows:
+            _check_rows_match(table_path, path, rows, settings.spec, settings.dim)
+        other = [f for f in fingerprints(rows) or () if f != fingerprint]
+        if other:
+            where = "and no settings.json" if old is None else "though settings.json matches (copied rows)"
+            found = f"rows of another protocol (fingerprint {other[0]})"
+            _refuse_rows(table_path, path, found, f"fingerprint {fingerprint}", where)
 
 
-def _check_rows_match(table_path: Path, spec: CertificationSpec, dim: int | None) -> None:
-    """Without ``settings.json``, the rows already in the folder must be what this run would write: their
+def _check_rows_match(
+    table_path: Path, path: Path, rows: dict, spec: CertificationSpec, dim: int | None
+) -> None:
+    """Without ``settings.json``, the rows of ``path`` must be what this run would write: their
     ``n``/``n0`` columns fit its n and n0, and the settings each row records implicitly agree with its own —
     ``alpha`` through ``pA_lower`` = the Clopper–Pearson bound of ``nA`` of ``n`` (PREDICT: through
     abstaining exactly where ``pvalue > alpha``), and sigma/norm through ``radius`` = scale·Φ⁻¹(pA_lower)."""
-    for path in part_tables(table_path):
-        if not path.stat().st_size:
-            continue
-        required = ("idx", "n") if spec.mode == "predict" else ("idx", "n", "n0")
-        try:
-            rows = read_results(path, required)
-        except ResultFileError:
-            continue  # an old file without these columns: the writer checks its header
-        if spec.mode == "certify" and spec.sampling == "sequential":
-            bad = ~np.isin(rows["n"], look_schedule(spec)) | (rows["n0"] != spec.n0)
-        elif spec.mode == "certify" and spec.sampling == "iss":
-            bad = rows["n"] > spec.n
-        elif spec.mode == "certify":
-            bad = (rows["n"] != spec.n) | (rows["n0"] != spec.n0)
-        else:
-            bad = rows["n"] != spec.n
-        if bad.any():
-            j = int(np.argmax(bad))
-            found = f"n={int(rows['n'][j])}" + (f", n0={int(rows['n0'][j])}" if "n0" in rows else "")
-            _refuse_rows(
-                table_path,
-                path,
-                f"rows with {found} (idx {int(rows['idx'][j])})",
-                f"n={spec.n}, n0={spec.n0}",
-            )
-        mismatch = settings_mismatch(
-            rows, spec.mode, spec.bound_alpha, spec.sigma, spec.norm, dim, spec.noise
+    required = ("n",) if spec.mode == "predict" else ("n", "n0")
+    if not set(required) <= rows.keys():
+        return  # an old file without these columns: the writer checks its header
+    if spec.mode == "certify" and spec.sampling == "sequential":
+        bad = ~np.isin(rows["n"], look_schedule(spec)) | (rows["n0"] != spec.n0)
+    elif spec.mode == "certify" and spec.sampling == "iss":
+        bad = rows["n"] > spec.n
+    elif spec.mode == "certify":
+        bad = (rows["n"] != spec.n) | (rows["n0"] != spec.n0)
+    else:
+        bad = rows["n"] != spec.n
+    if bad.any():
+        j = int(np.argmax(bad))
+        found = f"n={int(rows['n'][j])}" + (f", n0={int(rows['n0'][j])}" if "n0" in rows else "")
+        _refuse_rows(
+            table_path, path, f"rows with {found} (idx {int(rows['idx'][j])})", f"n={spec.n}, n0={spec.n0}"
         )
-        if mismatch is not None:
-            _refuse_rows(table_path, path, *mismatch)
+    mismatch = settings_mismatch(rows, spec.mode, spec.bound_alpha, spec.sigma, spec.norm, dim, spec.noise)
+    if mismatch is not None:
+        _refuse_rows(table_path, path, *mismatch)
 
 
-def _refuse_rows(table_path: Path, path: Path, found: str, now: str) -> None:
+def _refuse_rows(
+    table_path: Path, path: Path, found: str, now: str, context: str = "and no settings.json"
+) -> None:
     raise ConfigError(
         "output_dir", str(table_path.parent), "a folder certified with the same settings",
-        f"{path.name} holds {found} and no settings.json; this run has {now}. Choose another output_dir so "
-        "no rows are mixed",
+        f"{path.name} holds {found} {context}; this run has {now}. Choose another output_dir so no rows are "
+        "mixed",
     )  # fmt: skip

@@ -1,13 +1,13 @@
 """One process's share of a run: certify the inputs of its :class:`~rs_lightning.certification.plan.Part` that
-no part file holds yet, appending their rows to the part's file. The only writer loop, whether the process is
-the only one, a ``shard=i/k`` part or a DDP rank."""
+no part file holds yet, appending their rows to the part's file, each with the run's protocol fingerprint. The
+only writer loop, whether the process is the only one, a ``shard=i/k`` part or a DDP rank."""
 
 from __future__ import annotations
 
 import torch
 from tqdm import tqdm
 
-from rs_lightning.analysis.results import ResultWriter, done_indices
+from rs_lightning.analysis.results import ResultWriter, done_indices, run_columns
 from rs_lightning.smoothing import run_dataset
 
 from .plan import CertificationPlan, Part
@@ -23,7 +23,9 @@ def certify_part(
     table = plan.table
     path = plan.table_path
     mine = part.inputs(plan.indices)
-    with ResultWriter(part.file(path), table.columns) as writer:  # opening repairs a killed run's last line
+    columns = run_columns(path, table.columns)  # a run begun before a column existed keeps its format
+    # opening repairs a killed run's last line; every row carries the run's protocol fingerprint
+    with ResultWriter(part.file(path), columns, plan.record.fingerprint()) as writer:
         done = done_indices(path)
         todo = [i for i in mine if i not in done]
         bar = tqdm(
@@ -31,10 +33,10 @@ def certify_part(
             desc=label or plan.spec.mode + (f" {part.index}/{part.count}" if part.own_file else ""),
             disable=not show_progress, dynamic_ncols=True, mininterval=1.0,
         )  # fmt: skip
-        for result, labels, seconds in run_dataset(
-            plan.model, plan.dataset, todo, plan.spec, num_classes=plan.num_classes, device=device
-        ):
-            for row in table.make_rows(result, labels, seconds):
-                writer.write(row)
-            bar.update(min(len(labels) * progress_scale, bar.total - bar.n))
-        bar.close()
+        with bar:  # closed (its line ended) also when a signal stops the run, before the run says so
+            for result, labels, seconds in run_dataset(
+                plan.model, plan.dataset, todo, plan.spec, num_classes=plan.num_classes, device=device
+            ):
+                for row in table.make_rows(result, labels, seconds):
+                    writer.write(row)
+                bar.update(min(len(labels) * progress_scale, bar.total - bar.n))

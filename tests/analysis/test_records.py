@@ -74,3 +74,17 @@ def test_a_newer_format_or_a_non_object_is_refused_in_one_line(tmp_path, name):
     with pytest.raises(ResultFileError, match=rf"{name} is not a JSON object"):
         read(tmp_path)
     assert RunRecord.read(tmp_path / "nowhere") is None
+
+
+@pytest.mark.parametrize("folder", ARCHIVED[:3], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_identity_and_fingerprint_are_those_of_the_stored_form(tmp_path, folder):
+    """Catches: a fingerprint that depends on the in-memory form of a record (tuples, not the lists JSON
+    reads back), so a resume's record and the folder's settings.json would not agree on it."""
+    record = RunRecord.read(folder)
+    as_tuples = dataclasses.replace(record, devices=tuple(record.devices or ()) or None)
+    data = record.data | {"input_shape": tuple(record.data["input_shape"])}
+    as_tuples = dataclasses.replace(as_tuples, data=data)
+    as_tuples.write(tmp_path)
+    assert as_tuples.identity() == record.identity() == RunRecord.read(tmp_path).identity()
+    assert as_tuples.fingerprint() == record.fingerprint() == RunRecord.read(tmp_path).fingerprint()
+    assert dataclasses.replace(record, seed=record.seed + 1).fingerprint() != record.fingerprint()

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from rs_testing import REPO, SMALL, certify_config, without_time
+import torch
+from rs_testing import REPO, SMALL, assert_one_line_error, certify_config, run_script, without_time
 
-from rs_lightning.analysis.results import FolderLock, ResultFileError
+from rs_lightning.analysis.results import FINGERPRINT, FolderLock, ResultFileError, RunRecord, read_results
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.report import main as report_main
 from rs_lightning.validation import ConfigError
@@ -197,6 +198,121 @@ def test_report_refuses_rows_that_contradict_their_settings(trained_digits, tmp_
     assert report_main([str(a), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "rows certified at alpha=0.01" in err and "its settings say alpha=0.001" in err
+
+
+# ---------------------------------------------------------------- rows copied in from another run
+# Copied rows of a Cohen run without their settings.json, then a resume with sampling=iss, exited 0 with rows
+# of both samplers in one file (the rows' own n, alpha and radii fit both); so did another seed, precision or
+# checkpoint. Every row now carries its run's protocol fingerprint.
+
+
+def fingerprint_of(folder: Path) -> str:
+    (found,) = set(read_results(folder / "certify.tsv")[FINGERPRINT])
+    return str(found)
+
+
+def changed_checkpoint(checkpoint: str, tmp_path: Path) -> str:
+    """The checkpoint with one weight moved by 1e-3: another model under the same metadata."""
+    saved = torch.load(checkpoint, weights_only=True)
+    state = saved["state_dict"]
+    name = next(k for k, v in state.items() if v.is_floating_point())
+    state[name] = state[name] + 1e-3
+    torch.save(saved, tmp_path / "other.ckpt")
+    return str(tmp_path / "other.ckpt")
+
+
+@pytest.mark.parametrize("change", ["sampling=iss", "seed=7", "precision=bf16", "checkpoint"])
+def test_copied_rows_of_another_protocol_without_settings_are_refused(
+    trained_digits, digits_reference, tmp_path, change
+):
+    """Catches: a resume into a folder of copied rows (no settings.json) that trusts what the rows imply —
+    n, n0, alpha, sigma, all the same here — and appends rows of another sampler, seed, precision or
+    checkpoint to them."""
+    ref_dir, _ = digits_reference
+    folder = tmp_path / "copied"
+    folder.mkdir()
+    ten_rows = (ref_dir / "certify.tsv").read_text().splitlines()[:11]  # the header and 10 rows
+    (folder / "certify.tsv").write_text("\n".join(ten_rows) + "\n")
+    before = (folder / "certify.tsv").read_text()
+    checkpoint = trained_digits["checkpoint"]
+    if change == "checkpoint":
+        checkpoint, change = changed_checkpoint(checkpoint, tmp_path), "n=300"
+    done = run_script(
+        "certify.py", f"checkpoint={checkpoint}", f"output_dir={folder}", "device=cpu", *SMALL, change
+    )
+    assert_one_line_error(
+        done, "output_dir=", "certify.tsv holds rows of another protocol", fingerprint_of(ref_dir),
+        "and no settings.json", "Choose another output_dir",
+    )  # fmt: skip
+    assert (folder / "certify.tsv").read_text() == before and not (folder / "settings.json").exists()
+
+
+def test_rows_copied_into_a_folder_with_matching_settings_are_refused(trained_digits, tmp_path):
+    """Catches: a resume that compares only settings.json, so rows of another seed appended to a folder's
+    certify.tsv are kept and summarized with its own."""
+    a, b, ckpt = tmp_path / "a", tmp_path / "b", trained_digits["checkpoint"]
+    certify(certify_config(a, ckpt, [*SMALL, "max=50"]))
+    certify(certify_config(b, ckpt, [*SMALL, "start=50", "max=100", "seed=7"]))
+    rows = (b / "certify.tsv").read_text().splitlines()[1:]
+    (a / "certify.tsv").write_text((a / "certify.tsv").read_text() + "\n".join(rows) + "\n")
+    with pytest.raises(ConfigError, match=rf"{fingerprint_of(b)}\) though settings.json matches") as refused:
+        certify(certify_config(a, ckpt, [*SMALL, "max=100"]))
+    assert RunRecord.read(a).fingerprint() in str(refused.value)
+
+
+def test_report_refuses_a_folder_of_mixed_or_foreign_fingerprints(trained_digits, tmp_path, capsys):
+    """Catches: the report summarizing rows of two seeds as one run (their rows agree with either
+    settings.json), or rows of another run under a folder's settings.json."""
+    a, b, ckpt = tmp_path / "a", tmp_path / "b", trained_digits["checkpoint"]
+    certify(certify_config(a, ckpt, [*SMALL, "max=20"]))
+    certify(certify_config(b, ckpt, [*SMALL, "start=200", "seed=7"]))
+    theirs, ours = fingerprint_of(b), fingerprint_of(a)
+    rows = (b / "certify.tsv").read_text().splitlines()[1:]
+    (a / "certify.tsv").write_text((a / "certify.tsv").read_text() + "\n".join(rows) + "\n")
+    settings = (a / "settings.json").read_text().replace('"max": 20', '"max": null')
+    (a / "settings.json").write_text(settings.replace('"num_inputs": 2', '"num_inputs": 36'))
+    capsys.readouterr()  # the progress bars
+    assert report_main([str(a), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1
+    assert "holds rows of 2 protocols" in err and theirs in err and ours in err
+    (b / "settings.json").write_text((a / "settings.json").read_text())  # b's rows under a's settings
+    (b / "summary.json").unlink()
+    assert report_main([str(b), "--out", str(tmp_path / "r2")]) == 2
+    err = capsys.readouterr().err
+    assert f"holds rows of protocol fingerprint {theirs}, but its settings give {ours}" in err
+
+
+def test_merge_refuses_parts_of_another_protocol(trained_digits, tmp_path, capsys):
+    """Catches: `report merge` joining a part certified at another seed (copied in) into one certify.tsv."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_shard(a, trained_digits["checkpoint"], "0/2")
+    run_shard(b, trained_digits["checkpoint"], "1/2", ["seed=7"])
+    (a / "certify.shard-1-of-2.tsv").write_text((b / "certify.shard-1-of-2.tsv").read_text())
+    capsys.readouterr()  # the progress bars
+    assert report_main(["merge", str(a)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: parts of") and "hold rows of different protocols" in err
+    assert len(err.splitlines()) == 1 and not (a / "certify.tsv").exists()
+
+
+def test_a_run_from_before_the_fingerprint_resumes_in_its_format(trained_digits, digits_reference, tmp_path):
+    """Catches: rows without the ``protocol`` column (an earlier version's) refused on resume, appended to
+    with the column, or finished by parts in the new format that no longer merge with them; their rows are
+    still checked for what they record (another n is refused)."""
+    ref_dir, _ = digits_reference
+    ckpt = trained_digits["checkpoint"]
+    certify(certify_config(tmp_path, ckpt, [*SMALL, "max=150"]))
+    table = tmp_path / "certify.tsv"
+    table.write_text("".join(line.rsplit("\t", 1)[0] + "\n" for line in table.read_text().splitlines()))
+    (tmp_path / "settings.json").unlink()
+    with pytest.raises(ConfigError, match=r"certify.tsv holds rows with n=300, n0=100 .* this run has n=200"):
+        certify(certify_config(tmp_path, ckpt, ["n=200", "skip=10"]))
+    run_shard(tmp_path, ckpt, "0/2")
+    run_shard(tmp_path, ckpt, "1/2")
+    assert not list(tmp_path.glob("certify.shard-*"))
+    reference = [line.rsplit("\t", 1)[0] for line in without_time(ref_dir / "certify.tsv")]
+    assert without_time(table) == reference
 
 
 # ---------------------------------------------------------------- concurrent writers, killed runs, merges
