@@ -1,12 +1,20 @@
 """Certify a trained smoothed classifier (Cohen et al. 2019): ``python certify.py checkpoint=PATH``."""
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
 from rs_lightning.cli.certify import certify
-from rs_lightning.cli.common import RUN_DIR_KEYS, exit_if_run_dir_unwritable, run_or_exit
+from rs_lightning.cli.common import (
+    RUN_DIR_KEYS,
+    exit_if_config_invalid,
+    exit_if_run_dir_unwritable,
+    run_or_exit,
+)
+
+CONF = Path(__file__).resolve().parent / "conf"
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="certify")
@@ -31,4 +39,5 @@ def run_dir_follows_output_dir(argv: list[str]) -> list[str]:
 if __name__ == "__main__":
     exit_if_run_dir_unwritable(sys.argv[1:], (*RUN_DIR_KEYS, "output_dir"))
     sys.argv = [sys.argv[0], *run_dir_follows_output_dir(sys.argv[1:])]
+    exit_if_config_invalid(sys.argv[1:], CONF, "certify")
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException, InstantiationException
+from hydra.errors import HydraException, InstantiationException, OverrideParseException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -135,6 +136,101 @@ def exit_if_run_dir_unwritable(argv: Sequence[str], keys: Sequence[str] = RUN_DI
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
+
+
+MAX_COMPOSED_JOBS = 8
+"""A ``-m`` sweep is checked by composing at most this many of its jobs (each takes ~0.1 s)."""
+
+
+def exit_if_config_invalid(argv: Sequence[str], config_dir: str | os.PathLike, config_name: str) -> None:
+    """Hydra reports its own errors (an unknown key, a config group option that does not exist, bad
+    override syntax) in several lines with status 1: compose the config first, as Hydra will, with its
+    compose API, and print one line ``error: ...`` (Hydra's message and hint) with status 2 instead. With
+    ``-m`` some of the sweep's jobs are composed (:func:`sweep_jobs`). Hydra's flags that compose nothing
+    (``--help``, ``--info``, another config), and sweeps of a sweeper other than the basic one, are left
+    to Hydra."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from omegaconf.errors import OmegaConfBaseException
+
+    parser = get_args_parser()
+    parser.exit_on_error = False
+    try:
+        args, unknown = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError:
+        return  # Hydra's own parser reports it
+    skip = (args.help, args.hydra_help, args.shell_completion, args.info, args.experimental_rerun)
+    if unknown or any(skip) or args.config_path or args.config_name or args.config_dir:
+        return
+    config_dir = Path(config_dir).resolve()
+    try:
+        jobs = sweep_jobs(args.overrides, config_dir) if args.multirun else [args.overrides]
+        if not jobs:
+            return
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            for job in jobs:
+                compose(config_name, overrides=job, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as err:
+        line = hydra_error_line(err)
+        if isinstance(err, OverrideParseException):  # its message may not say which override
+            bad = next((a for a in args.overrides if not _parses(a)), None)
+            line = line if bad is None or bad in line else f"{bad}: {line}"
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _parses(override: str) -> bool:
+    try:
+        OverridesParser.create().parse_override(override)
+    except HydraException:
+        return False
+    return True
+
+
+def sweep_jobs(
+    overrides: Sequence[str], config_dir: str | os.PathLike, limit: int = MAX_COMPOSED_JOBS
+) -> list[list[str]]:
+    """Up to ``limit`` jobs (override lists) of a ``-m`` sweep that hold every swept option of a config
+    group (``method=gaussian,macer``; the i-th job takes each group's i-th option, cycling) and of a
+    ``hydra`` key; a swept plain value (``sigma=0.25,0.5``) takes its first: another value of the same key
+    composes alike. Empty for a sweep the basic sweeper does not run (an ``interval(...)``, another
+    ``hydra/sweeper``), which is left to Hydra."""
+    columns = []
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key, name = override.get_key_element(), override.key_or_group
+        if name == "hydra/sweeper" or (override.is_sweep_override() and not override.is_discrete_sweep()):
+            return []
+        if not override.is_sweep_override():
+            columns.append([override.input_line or f"{key}={override.get_value_element_as_str()}"])
+            continue
+        values = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        composes_alike = not name.startswith("hydra") and not (Path(config_dir) / name).is_dir()
+        columns.append(values[:1] if composes_alike else values)
+    count = min(limit, max((len(c) for c in columns), default=1))
+    return [[c[i % len(c)] for c in columns] for i in range(count)]
+
+
+def hydra_error_line(err: BaseException) -> str:
+    """Hydra's multi-line composition error (and the OmegaConf error behind it) in one line: its sentences
+    and hints kept, an option list joined by commas, the config search path and OmegaConf's key details
+    left out."""
+    texts = [str(err)]
+    if err.__cause__ is not None and str(err.__cause__) not in texts[0]:
+        texts.append(str(err.__cause__))
+    first, *rest = texts[0].strip().splitlines() or [type(err).__name__]
+    pieces: list[str] = []
+    for raw in [first, *(line for t in texts[1:] for line in t.strip().splitlines()), *rest]:
+        line = raw.strip()
+        if line.startswith("Config search path:"):
+            break
+        if not line or line.startswith(("full_key:", "object_type=", "reference_type=")):
+            continue
+        if raw.startswith("\t") and pieces and pieces[-1].endswith((":", ",")):
+            pieces[-1] += f" {line},"
+        else:
+            pieces.append(line)
+    sentences = [p.rstrip(",") for p in pieces]
+    return " ".join(s if s.endswith((".", ":", "!", "?")) else f"{s}." for s in sentences).rstrip(".")
 
 
 def require_writable_dir(path: str | os.PathLike, key: str, value: Any = None) -> Path:

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from rs_lightning.cpu_allocator import tune_cpu_allocator
-from rs_lightning.models.checkpoint import load_classifier
+from rs_lightning.models.checkpoint import classifier_from_checkpoint, read_checkpoint, require_fit
 from rs_lightning.smoothing.engine import sample_counts
 from rs_lightning.smoothing.noise import Phase
 from rs_lightning.validation import ConfigError, require_at_least
@@ -68,10 +68,12 @@ def soft_labels(cfg: DictConfig) -> dict:
     device = resolve_device(cfg.device)
     if device.type == "cpu":
         tune_cpu_allocator()
-    model, meta = load_classifier(Path(cfg.checkpoint), map_location=device)
+    state, meta = read_checkpoint(Path(cfg.checkpoint), map_location=device)
+    require_fit(state, meta, cfg.checkpoint)  # on the meta device: the metadata fits the weights
+    dataset = checkpoint_datamodule(cfg, meta).dataset("train")  # its classes, before the model is built
+    model = classifier_from_checkpoint(state, meta, cfg.checkpoint, map_location=device)
     sigma = resolve_sigma(cfg, meta.sigma)
     num_classes = int(meta.num_classes)
-    dataset = checkpoint_datamodule(cfg, meta).dataset("train")
 
     torch.manual_seed(cfg.seed)  # the one augmentation draw per image
     per_call = max(1, cfg.batch_size // cfg.num_samples)  # images whose draws fill one forward batch

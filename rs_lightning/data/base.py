@@ -7,15 +7,29 @@ normalization: that is the model's first layer, as in Cohen et al.'s code) and y
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
+from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from rs_lightning.validation import ConfigError
 
 SPLITS = ("train", "test")
+
+
+def worker_init(worker_id: int) -> None:
+    """A DataLoader worker ignores Ctrl-C: a terminal sends it to the whole process group, and training,
+    which stops at the end of its current step (:class:`~rs_lightning.callbacks.CheckpointOnInterrupt`),
+    still needs its workers until then (they end with their loader, or with the training process). Seeds the
+    worker as Lightning's own ``worker_init_fn`` would (``seed_everything(workers=True)``), which a loader
+    with a ``worker_init_fn`` does not get."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if int(os.environ.get("PL_SEED_WORKERS", 0)):
+        pl_worker_init_function(worker_id)
 
 
 class IndexedDataset(Dataset):
@@ -93,9 +107,28 @@ class RSDataModule(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Load the splits once; later calls are free."""
         if self._datasets is None:
-            self._datasets = self._load()
+            datasets = self._load()
+            self._check_labels(datasets)
+            self._datasets = datasets
             if not self.normalize:  # e.g. MACER's models read raw [0,1] inputs (RuntianZ/macer model.py)
                 self.mean = self.std = None
+
+    def _check_labels(self, datasets: dict[str, Dataset]) -> None:
+        """Every split that holds its labels as a tensor (:class:`~rs_lightning.data.arrays.ArrayDataset`)
+        must have them in 0..num_classes-1: a label the model has no output for is a DataFormatError, before
+        a model is built for the data."""
+        for split, dataset in datasets.items():
+            labels = getattr(dataset, "labels", None)
+            if not isinstance(labels, torch.Tensor) or labels.numel() == 0:
+                continue
+            low, high = int(labels.min()), int(labels.max())
+            if low < 0 or high >= int(self.num_classes):
+                where = getattr(self, "path", None) or getattr(self, "root", None)
+                raise DataFormatError(
+                    f"{self.name}{f' ({where})' if where else ''}: the {split} split has label "
+                    f"{low if low < 0 else high}, but the data has {self.num_classes} classes (labels 0.."
+                    f"{int(self.num_classes) - 1}): fix the labels in its files"
+                )
 
     def dataset(self, split: str) -> Dataset:
         """The ``train`` (augmented) or ``test`` (not augmented) dataset; calls ``setup()`` if needed."""
@@ -119,6 +152,7 @@ class RSDataModule(pl.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             pin_memory=torch.cuda.is_available(),
+            worker_init_fn=worker_init if self.num_workers > 0 else None,
         )
 
     def train_dataloader(self) -> DataLoader:

@@ -77,11 +77,40 @@ def _label_problem(name: str, y: np.ndarray) -> str | None:
     return None
 
 
+SPARSE_FROM = 1024
+"""Labels may leave most of 0..K-1 unused only up to K = SPARSE_FROM classes (a small subset of ImageNet's
+1000 classes has fewer images than classes); above, K must be at most :data:`SPARSE_RATIO` times the number
+of distinct training labels."""
+SPARSE_RATIO = 10
+NAMES_FIX = "or save a class_names array with one name per class"
+
+
+def _check_label_range(path: str, y_train: np.ndarray, y_test: np.ndarray) -> None:
+    """Without class names the class count K is max(y_train) + 1 (one output per training class): refuse
+    test labels above it (the model could never predict them) and training labels that leave most of
+    0..K-1 unused (e.g. a label 10**6 among a few images, a model of 10**6 outputs)."""
+    top, test_top = int(y_train.max()), int(y_test.max())
+    if test_top > top:
+        raise DataFormatError(
+            f"npz: {path}: y_test has label {test_top}, but y_train's labels go up to {top}: the model gets "
+            f"one output per training class ({top + 1}), so it could never predict class {test_top}; fix "
+            f"y_test, add training images of class {test_top}, {NAMES_FIX}"
+        )
+    used = len(np.unique(y_train))
+    if top + 1 > SPARSE_FROM and top + 1 > SPARSE_RATIO * used:
+        raise DataFormatError(
+            f"npz: {path}: y_train has label {top} ({top + 1} classes), but only {used} distinct labels in "
+            f"{len(y_train)} images: labels must be class indices 0..K-1; renumber them (numpy.unique(y, "
+            f"return_inverse=True)), {NAMES_FIX}"
+        )
+
+
 class NpzDataModule(RSDataModule):
     """Arrays ``x_train y_train x_test y_test`` (+ optional ``class_names``) from an .npz file.
 
     Images are uint8, (N, H, W) for gray or (N, H, W, C); they stay uint8 in memory and become float32
-    [0,1] (/255) one item at a time. ``num_classes`` = max label + 1 over both splits, or
+    [0,1] (/255) one item at a time. ``num_classes`` = max training label + 1 (test labels above it, or
+    training labels that leave most classes unused, are refused: :func:`_check_label_range`), or
     ``len(class_names)`` when names are given.
 
     Args:
@@ -185,7 +214,9 @@ class NpzDataModule(RSDataModule):
         names, source = self._names_arg, "data.class_names"
         if names is None and "class_names" in arrays:
             names, source = [str(n) for n in arrays["class_names"]], f"the class_names array of {self.path}"
-        if names is not None and len(names) < num_labels:
+        if names is None:
+            _check_label_range(self.path, y_train, y_test)
+        elif len(names) < num_labels:
             split = "y_train" if y_train.max(initial=0) >= len(names) else "y_test"
             raise DataFormatError(
                 f"npz: {self.path}: {split} has labels up to {num_labels - 1}, but {source} names only "

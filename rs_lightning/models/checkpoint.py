@@ -12,6 +12,7 @@ import math
 import os
 import pickle
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -22,7 +23,7 @@ from torch import nn
 
 from rs_lightning.registry import RegistryError, check_plain
 from rs_lightning.smoothing.certificate import NOISES
-from rs_lightning.validation import unreadable_format
+from rs_lightning.validation import ConfigError, unreadable_format
 
 from .normalize import Normalize, build_classifier
 from .registry import MODELS
@@ -125,6 +126,50 @@ class CheckpointMeta:
         return str(target).rsplit(".", 1)[-1] if target else None
 
 
+RESUME_MUST_MATCH = ("sigma", "noise", "seed", "method", "model", "data", "optim")
+"""What a resumed training run must share with its checkpoint (but :data:`RESUME_MAY_CHANGE`): the weights
+and optimizer state were trained under them, and the resumed run writes them into every new checkpoint."""
+RESUME_MAY_CHANGE = (
+    "optim.max_epochs", "data.num_workers", "data.val_batch_size", "data.root", "data.path",
+    "data.source.root", "data.source.path", "data.background_dir",
+)  # fmt: skip
+
+
+def _flat(tree: Any, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def resume_differences(saved: CheckpointMeta, now: CheckpointMeta) -> list[tuple[str, Any, Any]]:
+    """``(key, checkpoint's value, this run's value)`` for each setting of :data:`RESUME_MUST_MATCH`
+    (nested keys flattened, e.g. ``method.epsilon``) in which the run resuming from a checkpoint recorded as
+    ``saved`` would differ from it; empty when it may resume. The one resume rule: train.py applies it to
+    the file it resolved before any work, and every method again to whatever file Lightning loads."""
+    flat = [_flat({key: getattr(meta, key) for key in RESUME_MUST_MATCH}) for meta in (saved, now)]
+    keys = sorted(set(flat[0]) | set(flat[1]))
+    return [
+        (key, flat[0].get(key), flat[1].get(key)) for key in keys
+        if flat[0].get(key) != flat[1].get(key) and not key.startswith(RESUME_MAY_CHANGE)
+    ]  # fmt: skip
+
+
+def check_resumable(saved: CheckpointMeta, now: CheckpointMeta, ckpt_path: Any) -> None:
+    """Refuse (ConfigError naming ``ckpt_path`` and the first differences) a resume whose settings differ
+    from the checkpoint's (:func:`resume_differences`)."""
+    differ = resume_differences(saved, now)
+    if differ:
+        shown = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, a, b in differ[:4])
+        raise ConfigError(
+            "ckpt_path", str(ckpt_path), "a checkpoint of the same run",
+            f"it was trained with other settings ({shown}{' …' if len(differ) > 4 else ''}); resume with "
+            "the checkpoint's settings or start a new run in another folder",
+        )  # fmt: skip
+
+
 def _check_metadata(meta: Any, source: str | os.PathLike) -> None:
     """:meth:`CheckpointMeta.read`'s checks of the stored values."""
 
@@ -172,10 +217,26 @@ def _check_metadata(meta: Any, source: str | os.PathLike) -> None:
         raise refuse(str(err)) from err
 
 
+_REFUSED_GLOBAL = (
+    r"Unsupported global: GLOBAL (\S+) was not an allowed global",  # a class or function not allowlisted
+    r"unsupported GLOBAL (\S+) whose module",  # one of a blocked module (os.system is posix.system)
+    r"allowlisted via `add_safe_globals`,? but got (?:<class ')?([^'\s>]+)",  # an object of such a class
+)
+_TORCH_ADVICE = ("weights_only", "Weights only load failed", "Check the documentation", "add_safe_globals")
+
+
 def _refusal(err: BaseException) -> str:
-    """One line out of the unpickler's multi-line refusal: the object it would not build."""
-    found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-    return f"it would have to build {found.group(1)}" if found else _first_line(err)
+    """One line out of the unpickler's multi-line refusal: the object it would not build. torch's advice
+    around it (re-run with ``weights_only=False``, allowlist the global) is left out: it would run the
+    file's code."""
+    text = str(err)
+    for pattern in _REFUSED_GLOBAL:
+        if found := re.search(pattern, text, re.MULTILINE):
+            return f"it would have to build {found.group(1)}"
+    lines = [line.strip() for line in text.splitlines()]
+    kept = [line for line in lines if line and not any(advice in line for advice in _TORCH_ADVICE)]
+    line = kept[0].removeprefix("WeightsUnpickler error: ") if kept else "the unpickler refused it"
+    return f"a pickle, not torch.save's format: {line}" if line.startswith("Unsupported operand") else line
 
 
 def _first_line(err: BaseException) -> str:
@@ -190,7 +251,9 @@ def _load_weights_only(path: Path, key: str, map_location: str | torch.device, e
     if not path.is_file():
         raise CheckpointError(f"{key}={str(path)!r} does not exist; pass {example}")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # a raw pickle's protocol warning would be a second stderr line
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         raise CheckpointError(
             f"{key}={str(path)!r} holds objects other than tensors and plain containers ({_refusal(err)}); "
@@ -219,10 +282,6 @@ def read_checkpoint(
     return checkpoint, CheckpointMeta.read(checkpoint, path)
 
 
-LIGHTNING_SPECIAL_PATHS = ("last", "best", "hpc")
-"""``ckpt_path`` values Lightning resolves itself (to a file found in the run's checkpoint folder)."""
-
-
 def check_training_checkpoint(
     path: str | os.PathLike, key: str = "ckpt_path", expect: dict[str, Any] | None = None
 ) -> dict:
@@ -234,11 +293,9 @@ def check_training_checkpoint(
 
     ``expect`` maps metadata keys (e.g. ``{"model": plain(cfg.model)}``) to the values this run configures;
     a checkpoint recorded with other values is refused, since its weights or optimizer state would not fit.
-    Lightning's own names ``last``, ``best``, ``hpc`` and ``registry[:...]`` are not files: they are passed
-    through unchecked and ``{}`` is returned.
+    Lightning's own names (``last``, ``hpc``, …) are resolved to a file before
+    (:func:`rs_lightning.cli.train.resume_checkpoint`): here every path is a file, and checked.
     """
-    if str(path) in LIGHTNING_SPECIAL_PATHS or str(path) == "registry" or str(path).startswith("registry:"):
-        return {}
     path = Path(path)
     checkpoint = _load_weights_only(path, key, "cpu", RESUME_EXAMPLE)
     if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint or "state_dict" not in checkpoint:
@@ -306,10 +363,20 @@ def load_classifier(
     metadata has a ``pipeline`` (ARS, ``method=ars|ars_static``) gives the
     :class:`~rs_lightning.models.ars.AdaptiveSmoothing` pipeline around the classifier instead."""
     checkpoint, meta = read_checkpoint(path, map_location)
+    return classifier_from_checkpoint(checkpoint, meta, path, map_location), meta
+
+
+def classifier_from_checkpoint(
+    checkpoint: dict, meta: CheckpointMeta, path: str | os.PathLike, map_location: str | torch.device = "cpu"
+) -> nn.Module:
+    """:func:`load_classifier`'s model, from a checkpoint :func:`read_checkpoint` read: the architecture is
+    first built on the meta device and its shapes compared with the file's weights (:func:`require_fit`),
+    so metadata asking for more than the file holds (``num_classes=10**12``) allocates nothing."""
+    pipeline = meta.pipeline
+    require_fit(checkpoint, meta, path)
     net = build_model(meta.model, meta.input_shape, meta.num_classes, str(path))
     model = build_classifier(net, meta.mean, meta.std)
     state = classifier_state(checkpoint, path)
-    pipeline = meta.pipeline
     try:
         model.load_state_dict(state)
         if pipeline is not None:  # a randomized pipeline around the classifier (ARS), with its mask weights
@@ -320,17 +387,77 @@ def load_classifier(
                 input_shape=tuple(meta.input_shape),
             )  # fmt: skip
     except RuntimeError as err:
-        raise CheckpointError(
-            f"the weights in {path} do not fit the architecture {meta.model.get('_target_')} "
-            f"({meta.model}{'' if pipeline is None else f', pipeline {pipeline}'}): {err}"
-        ) from err
+        raise CheckpointError(f"{_misfit(path, meta)}: {' '.join(str(err).split())}") from err
     except (ValueError, TypeError) as err:  # only the pipeline's settings get here (the net exists)
         raise CheckpointError(
             f"{path} has unusable pipeline metadata {pipeline}: {_first_line(err)}"
         ) from err
     _require_finite({k: v for k, v in checkpoint["state_dict"].items() if k.startswith("mask.")}, path)
     _require_positive_std(model, path)
-    return model.to(map_location).eval(), meta
+    return model.to(map_location).eval()
+
+
+def _misfit(path, meta: CheckpointMeta) -> str:
+    pipeline = "" if meta.pipeline is None else f", pipeline {meta.pipeline}"
+    return (
+        f"the weights in {path} do not fit the architecture {meta.model.get('_target_')} ({meta.model}, "
+        f"num_classes={meta.num_classes}, input_shape={meta.input_shape}{pipeline})"
+    )
+
+
+def _shape(tensor) -> str:
+    return str(tuple(tensor.shape)) if isinstance(tensor, torch.Tensor) else f"a {type(tensor).__name__}"
+
+
+def require_fit(checkpoint: Mapping[str, Any], meta: CheckpointMeta, path: str | os.PathLike) -> None:
+    """Build the architecture the metadata describes (and ARS's mask) on the meta device, which allocates
+    nothing, and refuse in one line the first parameter or buffer whose name or shape differs from the
+    file's ``state_dict``: the metadata alone cannot make the loader allocate more than the file holds."""
+    from .size import meta_build
+
+    file_state = checkpoint["state_dict"]
+    if not isinstance(file_state, Mapping):
+        raise CheckpointError(
+            f"{path} holds a state_dict that is a {type(file_state).__name__}, not a mapping of weights; use "
+            "a checkpoint written by train.py"
+        )
+    net = meta_build(lambda: build_model(meta.model, meta.input_shape, meta.num_classes, str(path)))
+    expected = {f"model.{k}": v for k, v in build_classifier(net, meta.mean, meta.std).state_dict().items()}
+    if meta.pipeline is not None:
+        from .ars import build_mask
+
+        settings = meta.pipeline
+        try:
+            mask = meta_build(
+                lambda: build_mask(
+                    str(settings.get("mode")), tuple(meta.input_shape), int(settings.get("mask_width", 32))
+                )
+            )
+        except (ValueError, TypeError) as err:
+            raise CheckpointError(
+                f"{path} has unusable pipeline metadata {settings}: {_first_line(err)}"
+            ) from err
+        if mask is not None:
+            expected |= {f"mask.{k}": v for k, v in mask.state_dict().items()}
+    prefixes = tuple({key.split(".", 1)[0] + "." for key in expected} | {"model."})
+    for key, tensor in expected.items():
+        found = file_state.get(key)
+        if found is None:
+            raise CheckpointError(
+                f"{_misfit(path, meta)}: {key} is missing from the file, the metadata's architecture has it "
+                f"with shape {_shape(tensor)}; use the checkpoint as train.py wrote it"
+            )
+        if not isinstance(found, torch.Tensor) or found.shape != tensor.shape:
+            raise CheckpointError(
+                f"{_misfit(path, meta)}: {key} has shape {_shape(found)} in the file, {_shape(tensor)} for "
+                "that metadata; use the checkpoint as train.py wrote it"
+            )
+    extra = [key for key in file_state if key.startswith(prefixes) and key not in expected]
+    if extra:
+        raise CheckpointError(
+            f"{_misfit(path, meta)}: the file holds {extra[0]} {_shape(file_state[extra[0]])}, which that "
+            "architecture lacks; use the checkpoint as train.py wrote it"
+        )
 
 
 def _require_positive_std(model: nn.Module, path) -> None:

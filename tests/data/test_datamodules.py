@@ -97,13 +97,13 @@ def _write_npz(path: Path, shape: tuple[int, ...], n_train=20, n_test=6, **extra
 
 
 def test_npz_gray(tmp_path):
-    arrays = _write_npz(tmp_path / "g.npz", (10, 12))
+    arrays = _write_npz(tmp_path / "g.npz", (10, 12), y_test=np.array([2] + [0] * 5, dtype=np.uint8))
     dm = NpzDataModule(str(tmp_path / "g.npz"), batch_size=8)
     dm.setup()
-    assert dm.input_shape == (1, 10, 12) and dm.num_classes == 5  # max label 4 (in test) + 1
-    assert dm.class_names == ["0", "1", "2", "3", "4"] and dm.mean is None
+    assert dm.input_shape == (1, 10, 12) and dm.num_classes == 3  # max training label 2 + 1
+    assert dm.class_names == ["0", "1", "2"] and dm.mean is None
     x, y = dm.dataset("test")[0]
-    assert x.dtype == torch.float32 and y == 4
+    assert x.dtype == torch.float32 and y == 2
     torch.testing.assert_close(x[0], torch.from_numpy(arrays["x_test"][0]).float() / 255)
     assert len(dm.describe()["sha256"]) == 64
 

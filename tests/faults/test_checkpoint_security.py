@@ -2,6 +2,8 @@
 unusable values and misfitting weights give one-line errors, and nothing in the file runs."""
 
 import dataclasses
+import os
+import pickle
 import re
 from pathlib import Path
 
@@ -274,3 +276,115 @@ def test_checkpoint_datamodule_sets_up_npz_data_and_checks_classes(tmp_path):
         checkpoint_datamodule(
             OmegaConf.create({"data": None}), dataclasses.replace(meta, input_shape=[1, 8, 8])
         )
+
+
+# ---------------------------------------------------------------- refused pickles: their object, no advice
+
+
+class Instance:
+    """An object of a class of this test module: the safe unpickler refuses to build it."""
+
+
+class System:
+    def __reduce__(self):
+        return (os.system, ("echo this must never run",))
+
+
+@pytest.mark.parametrize(
+    ("payload", "name"),
+    [
+        (Payload(), "print"),
+        (Instance(), f"{__name__}.Instance"),
+        (System(), f"{os.system.__module__}.system"),
+    ],
+)
+def test_a_refused_pickle_names_its_object_and_never_advises_weights_only_false(tmp_path, payload, name):
+    """Catches: the name extraction missing torch 2.x's messages for a blocked module (``os.system``:
+    "Trying to load unsupported GLOBAL posix.system"), so the error quoted torch's advice to re-run with
+    weights_only=False, which would run the file's code, and never named the object."""
+    path = tmp_path / "evil.ckpt"
+    torch.save({"rs_lightning": {}, "state_dict": {}, "evil": payload}, path)
+    with pytest.raises(CheckpointError) as raised:
+        load_classifier(path)
+    message = str(raised.value)
+    assert f"it would have to build {name})" in message and "\n" not in message
+    for advice in ("weights_only=False", "`False`", "add_safe_globals"):
+        assert advice not in message
+
+
+def test_a_raw_pickle_is_refused_in_one_line_without_torch_warnings(tmp_path):
+    """Catches: a plain ``pickle.dump`` file (protocol 4) gave torch's protocol UserWarning on stderr as well
+    as the error (two lines), and an "Unsupported operand" that did not say what the file is."""
+    path = tmp_path / "raw.ckpt"
+    path.write_bytes(pickle.dumps(System(), protocol=4))
+    done = run_script("certify.py", f"checkpoint={path}", f"output_dir={tmp_path / 'out'}")
+    assert_one_line_error(done, "a pickle, not torch.save's format")
+    assert "weights_only=False" not in done.stderr and "must never run" not in done.stdout
+
+
+# ---------------------------------------------------------------- metadata asking for more than the file
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (
+            lambda c: c["rs_lightning"].update(num_classes=10**12),
+            "model.1.classifier.3.weight has shape (10, 128) in the file, (1000000000000, 128) for that",
+        ),
+        (
+            lambda c: c["rs_lightning"]["model"].update(hidden=10**11),
+            "model.1.classifier.1.weight has shape (128, 1024) in the file, (100000000000, 1024)",
+        ),
+        (lambda c: c["state_dict"].pop("model.1.classifier.3.bias"), "model.1.classifier.3.bias is missing"),
+        (lambda c: c["state_dict"].update({"model.1.extra": torch.zeros(3)}), "holds model.1.extra (3,)"),
+        (  # ARS's mask is built from the metadata too: a static mask of the input's size, absent here
+            lambda c: c["rs_lightning"].update(pipeline={"mode": "static"}),
+            "mask.weight is missing from the file, the metadata's architecture has it with shape (1, 1, 8",
+        ),
+    ],
+)
+def test_metadata_that_does_not_fit_the_weights_is_refused_before_anything_is_allocated(
+    trained_digits, tmp_path, change, needle
+):
+    """Catches: ``num_classes=10**12`` or ``model.hidden=10**11`` in a checkpoint's metadata built the
+    architecture for real first (an allocation traceback, exit 1); it is now built on the meta device and
+    compared with the file's weights, and the first misfit named in one line."""
+    path = _tampered(trained_digits, tmp_path, change)
+    with pytest.raises(CheckpointError, match="do not fit the architecture") as raised:
+        load_classifier(path)
+    assert needle in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_certify_refuses_a_huge_num_classes_in_one_line(trained_digits, tmp_path):
+    """Catches: certify.py on a checkpoint whose metadata claims 10**12 classes ended in an allocation
+    traceback with exit status 1."""
+    path = _tampered(trained_digits, tmp_path, lambda c: c["rs_lightning"].update(num_classes=10**12))
+    done = run_script("certify.py", f"checkpoint={path}", f"output_dir={tmp_path / 'out'}", "n=100")
+    assert_one_line_error(done, "(1000000000000, 128) for that metadata")
+
+
+def test_certify_checks_the_data_before_building_the_model(trained_digits, tmp_path, monkeypatch):
+    """Catches: certify.py built the checkpoint's model before comparing its class count with the data, so
+    a class count the data does not have was allocated first."""
+    import numpy as np
+    from rs_testing import certify_config
+
+    import rs_lightning.cli.certify as cli_certify
+    from rs_lightning.validation import ConfigError
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "three.npz"
+    np.savez(
+        data, x_train=rng.integers(0, 256, (6, 8, 8), dtype=np.uint8), y_train=np.arange(6) % 3,
+        x_test=rng.integers(0, 256, (3, 8, 8), dtype=np.uint8), y_test=np.arange(3),
+    )  # fmt: skip
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was built before the data was checked")
+
+    monkeypatch.setattr(cli_certify, "classifier_from_checkpoint", never)
+    checkpoint = Path(trained_digits["checkpoint"])
+    cfg = certify_config(tmp_path / "out", checkpoint, ["data=npz", f"data.path={data}"])
+    with pytest.raises(ConfigError, match="a dataset with 10 classes like the checkpoint's, not 3"):
+        cli_certify.load_model_and_data(cfg, checkpoint, torch.device("cpu"))

@@ -349,8 +349,9 @@ def test_resume_checkpoint_is_loaded_safely_and_checked(tmp_path, capsys):
         CheckpointError, match="was trained with model=.*LeNet.*resume with the checkpoint's model"
     ):
         check_training_checkpoint(good, expect={"model": {"_target_": "rs_lightning.models.MLP"}})
-    for special in ("last", "best", "hpc", "registry:x"):
-        assert check_training_checkpoint(special) == {}
+    for special in ("last", "best", "hpc", "registry:x"):  # names train.py resolves first: never unchecked
+        with pytest.raises(CheckpointError, match=f"ckpt_path='{special}' does not exist"):
+            check_training_checkpoint(special)
 
     with pytest.raises(CheckpointError, match=r"^ckpt_path='.*nope.ckpt' does not exist; pass the last.ckpt"):
         check_training_checkpoint(tmp_path / "nope.ckpt")
@@ -414,3 +415,201 @@ def test_train_wires_the_output_trainer_and_checkpoint_checks(tmp_path, monkeypa
     torch.save({"weights": torch.zeros(1)}, tmp_path / "foreign.ckpt")
     with pytest.raises(CheckpointError, match=r"^ckpt_path=.*not a training checkpoint"):
         train(train_config(tmp_path / "b", [f"ckpt_path={tmp_path / 'foreign.ckpt'}"]))
+
+
+# ---------------------------------------------------------------- 6. labels and sizes, before allocating
+
+
+@pytest.mark.parametrize(
+    ("change", "needles"),
+    [
+        (  # a test label beyond every training label: the model would get 1,000,001 outputs
+            lambda a: {**a, "y_test": np.array([0, 1, 2, 10**6])},
+            ["y_test has label 1000000", "y_train's labels go up to 2", "class_names"],
+        ),
+        (  # labels that leave almost all of 0..K-1 unused
+            lambda a: {**a, "y_train": np.array([0, 1, 2, 10**6] * 3)},
+            ["y_train has label 1000000 (1000001 classes)", "only 4 distinct labels", "numpy.unique"],
+        ),
+    ],
+)
+def test_npz_labels_the_data_cannot_have_are_refused(tmp_path, change, needles):
+    """Catches: an npz whose test labels reach 10**6 trained a 1,000,001-class model silently (2 GB
+    checkpoints for a few images): the class count came from the largest label of either split."""
+    path = tmp_path / "labels.npz"
+    np.savez(path, **change(_arrays()))
+    with pytest.raises(DataFormatError) as err:
+        NpzDataModule(str(path)).setup()
+    message = str(err.value)
+    assert str(path) in message and "\n" not in message
+    for needle in needles:
+        assert needle in message, message
+
+
+def test_npz_subsets_of_many_classes_stay_legitimate(tmp_path):
+    """A small subset of a 1000-class set has fewer images than classes, and with names a class may lack
+    training images: neither is refused."""
+    rng = np.random.default_rng(0)
+    arrays = {**_arrays(), "y_train": rng.choice(1000, 12, replace=False), "y_test": np.array([5, 7, 9, 11])}
+    arrays["y_train"][0] = 999
+    np.savez(tmp_path / "subset.npz", **arrays)
+    module = NpzDataModule(str(tmp_path / "subset.npz"))
+    module.setup()
+    assert module.num_classes == 1000
+    names = np.array([f"c{i}" for i in range(5)])
+    np.savez(tmp_path / "named.npz", **_arrays(), class_names=names)
+    module = NpzDataModule(str(tmp_path / "named.npz"))
+    module.setup()
+    assert module.num_classes == 5
+
+
+def test_every_array_backed_data_module_checks_its_labels():
+    """Catches: the label range was checked only by the npz module; any module holding ArrayDataset splits
+    now has its labels checked against num_classes when it is set up."""
+    from rs_lightning.data.arrays import ArrayDataset
+    from rs_lightning.data.base import RSDataModule
+
+    class Tiny(RSDataModule):
+        name, num_classes, input_shape = "tiny", 10, (1, 2, 2)
+
+        def _load(self):
+            images = torch.zeros((3, 1, 2, 2), dtype=torch.uint8)
+            return {
+                "train": ArrayDataset(images, torch.tensor([0, 1, 2])),
+                "test": ArrayDataset(images, [0, 10, 1]),
+            }
+
+    with pytest.raises(
+        DataFormatError, match=r"^tiny: the test split has label 10, but the data has 10 classes"
+    ):
+        Tiny().setup()
+
+
+def test_train_cli_refuses_npz_labels_beyond_the_training_labels(tmp_path):
+    """Catches: the 1,000,001-class model trained from 64 images, and Lightning's "Seed set" line on stderr
+    before any error raised after seeding (two lines)."""
+    path = tmp_path / "labels.npz"
+    np.savez(path, **{**_arrays(), "y_test": np.array([0, 1, 2, 10**6])})
+    done = run("train.py", "data=npz", f"data.path={path}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert_one_line_error(done, str(path), "y_test has label 1000000")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_train_refuses_a_model_too_large_for_memory_before_building_it(tmp_path):
+    """Catches: ``model=mlp model.hidden=100000000000`` built the network for real (an allocation traceback,
+    exit 1); a build on the meta device now estimates its training state against the memory available."""
+    done = run("train.py", "model=mlp", "model.hidden=100000000000", f"hydra.run.dir={tmp_path}")
+    line = assert_one_line_error(
+        done, "model={'_target_': 'rs_lightning.models.digits.MLP', 'hidden': 100000000000}"
+    )
+    assert "available on cpu" in line and "7,500,000,000,010 parameters" in line and "GiB" in line
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_the_size_estimate_counts_weights_gradients_and_optimizer_state(monkeypatch):
+    """The refusal's arithmetic: weights x TRAINING_FACTOR against the memory available, built on the meta
+    device (nothing allocated), and no refusal where the memory is unknown."""
+    from rs_lightning.models import MLP, size
+
+    def build():
+        return MLP(input_shape=(1, 8, 8), num_classes=10, hidden=[256])
+
+    weights = (64 * 256 + 256 + 256 * 10 + 10) * 4
+    assert size.state_bytes(size.meta_build(build)) == weights
+    assert next(size.meta_build(build).parameters()).is_meta
+    monkeypatch.setattr(size, "available_memory", lambda device: weights * size.TRAINING_FACTOR)
+    size.require_trainable_size(build, "model", {}, torch.device("cpu"))  # fits exactly
+    monkeypatch.setattr(size, "available_memory", lambda device: weights * size.TRAINING_FACTOR - 1)
+    with pytest.raises(ConfigError, match=r"^model=\{\} is invalid: .*fits in the .* available on cpu"):
+        size.require_trainable_size(build, "model", {}, torch.device("cpu"))
+    size.require_trainable_size(build, "model", {}, None)  # a fork strategy on CUDA: not asked
+    monkeypatch.setattr(size, "available_memory", lambda device: None)
+    size.require_trainable_size(build, "model", {}, torch.device("cpu"))
+
+
+# ---------------------------------------------------------------- 7. messages that blamed the wrong thing
+
+
+def _report_runs() -> list[str]:
+    return [str(p) for p in sorted((REPO / "docs" / "results" / "mnist_structured" / "runs").iterdir())[:2]]
+
+
+def test_report_out_that_is_a_file_does_not_suggest_overwrite(tmp_path, capsys):
+    """Catches: ``--out <an existing file>`` suggested --overwrite, which cannot help: it replaces report
+    files in a folder, and a file is not a folder."""
+    from rs_lightning.cli.report import main as report_main
+
+    (tmp_path / "notes.txt").write_text("x")
+    assert report_main([*_report_runs(), "--out", str(tmp_path / "notes.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is an existing file, not a folder" in err and "--overwrite" not in err
+    assert (tmp_path / "notes.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize("radius", ["nan", "-0.5"])
+def test_a_nan_or_negative_radius_is_a_corrupt_row_not_mixed_protocols(tmp_path, capsys, radius):
+    """Catches: a NaN or negative radius in certify.tsv was blamed on "rows of two protocols mixed in it";
+    certify.py writes neither, so the row is corrupt or edited."""
+    import shutil
+
+    from rs_lightning.cli.report import main as report_main
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(_report_runs()[0], run_dir)
+    lines = (run_dir / "certify.tsv").read_text().splitlines()
+    column = lines[0].split("\t").index("radius")
+    fields = lines[2].split("\t")
+    fields[column] = radius
+    lines[2] = "\t".join(fields)
+    (run_dir / "certify.tsv").write_text("\n".join(lines) + "\n")
+    assert report_main([str(run_dir), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"certify.tsv:3 holds radius={float(radius)}" in err
+    assert "corrupt or edited row" in err and "protocol" not in err
+
+
+@pytest.mark.parametrize(
+    ("script", "overrides", "needles"),
+    [
+        ("train.py", ["nosuchkey=1"], ["Key 'nosuchkey' is not in struct", "use +nosuchkey=1"]),
+        (
+            "train.py",
+            ["method=nope"],
+            ["Could not find 'method/nope'", "Available options in 'method': acr_gaming,"],
+        ),
+        ("train.py", ["sigma=[1"], ["sigma=[1: ", "override_grammar"]),
+        ("certify.py", ["checkpoint=x.ckpt", "data=nope"], ["Could not find 'data/nope'"]),
+        ("soft_labels.py", ["checkpoint=x.ckpt", "nosuch=1"], ["use +nosuch=1"]),
+    ],
+)
+def test_hydra_composition_errors_are_one_line(tmp_path, script, overrides, needles):
+    """Catches: Hydra's own errors (an unknown key, a missing config group option, bad override syntax)
+    exited 1 with Hydra's multi-line message, while every other bad value gives one ``error:`` line and 2."""
+    done = run(script, *overrides, f"hydra.run.dir={tmp_path}")
+    assert_one_line_error(done, *needles)
+
+
+def test_hydra_errors_of_a_sweep_are_found_and_good_sweeps_pass(capsys):
+    """A ``-m`` sweep is composed job by job (every swept config group option once): a bad option in the
+    second place of a sweep is reported in one line, and the sweeps and flags that work still work."""
+    from rs_lightning.cli.common import exit_if_config_invalid, sweep_jobs
+
+    conf = REPO / "conf"
+    for good in (
+        ["-m", "hydra/launcher=joblib", "sigma=0.25,0.5", "seed=range(0,50)", "~callbacks.certification"],
+        ["-m", "method=gaussian,macer", "experiment=cohen_mnist_sigma025"],
+        ["experiment=cohen_mnist_sigma025"], ["--cfg", "job"], ["--help"], ["-m", "sigma=interval(0,1)"],
+    ):  # fmt: skip
+        exit_if_config_invalid(good, conf, "train")
+    assert capsys.readouterr().err == ""
+    with pytest.raises(SystemExit) as exited:
+        exit_if_config_invalid(["-m", "sigma=0.25,0.5", "method=gaussian,nope"], conf, "train")
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: In 'train': Could not find 'method/nope'")
+    jobs = sweep_jobs(["method=gaussian,macer,catrs", "sigma=0.25,0.5", "data.path='a b'"], conf)
+    assert jobs == [
+        ["method=gaussian", "sigma=0.25", "data.path='a b'"],
+        ["method=macer", "sigma=0.25", "data.path='a b'"],
+        ["method=catrs", "sigma=0.25", "data.path='a b'"],
+    ]

@@ -69,8 +69,13 @@ def prepare_out(out: str | None, overwrite: bool, suffix: str = "") -> Path:
     ConfigError naming ``--out`` if it cannot be written."""
     path = Path(out or f"outputs/report/{dt.datetime.now():%Y-%m-%d/%H-%M-%S}{suffix}")
     try:
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            if not overwrite or not path.is_dir():
+        if path.exists() and not path.is_dir():  # --overwrite replaces report files in a folder, not a file
+            raise ResultFileError(
+                f"--out {path} is an existing file, not a folder; choose a folder for --out (a new one, or "
+                "one holding an earlier report)"
+            )
+        if path.exists() and any(path.iterdir()):
+            if not overwrite:
                 raise ResultFileError(
                     f"{path} already exists and is not empty; choose another --out or pass --overwrite"
                 )
