@@ -16,9 +16,15 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 
 def trained_batches(checkpoint: dict) -> int:
-    """Training batches done when ``checkpoint`` was written: the ``step`` Lightning logs rows under."""
-    loop = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.state_dict", {})
-    return int(loop.get("_batches_that_stepped", 0))
+    """Training batches done when ``checkpoint`` was written: the ``step`` Lightning logs the next rows
+    under after resuming it. A checkpoint written at a training batch's end (a step checkpoint, an
+    interrupt's) holds that batch as processed but not completed, and its count of stepped batches not yet
+    raised: Lightning completes and counts the batch on resume, so it is counted here too."""
+    loops = checkpoint.get("loops", {}).get("fit_loop", {})
+    stepped = int(loops.get("epoch_loop.state_dict", {}).get("_batches_that_stepped", 0))
+    total = loops.get("epoch_loop.batch_progress", {}).get("total", {})
+    at_batch_end = total.get("processed", 0) == total.get("completed", 0) + 1
+    return stepped + int(at_batch_end)
 
 
 class _ResumingWriter(ExperimentWriter):

@@ -1,4 +1,5 @@
-"""Ctrl-C or SIGTERM during training writes a checkpoint to resume from (``ckpt_path=last``)."""
+"""Ctrl-C or SIGTERM during training writes a checkpoint to resume from (``ckpt_path=last``), in one process
+and under DDP alike."""
 
 from __future__ import annotations
 
@@ -8,97 +9,105 @@ import threading
 from pathlib import Path
 
 import lightning.pytorch as pl
-from lightning.pytorch.trainer.states import TrainerFn
+import torch
 from lightning.pytorch.utilities import rank_zero_info
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from rs_lightning.interrupts import Interrupted
 
 
 class CheckpointOnInterrupt(pl.Callback):
-    """On ``KeyboardInterrupt`` (Ctrl-C) or SIGTERM (a cluster's preemption or time limit, ``kill``) while
-    fitting, save ``<dirpath>/last.ckpt`` (the state at the interrupt).
+    """On Ctrl-C (SIGINT) or SIGTERM (a cluster's preemption or time limit, ``kill``) while fitting: save
+    ``<dirpath>/last.ckpt`` at the end of the current training step and stop with
+    :class:`Interrupted`.
 
-    Both stop at a batch boundary. Lightning notes a SIGTERM and raises ``SIGTERMException`` at the next
-    training or validation batch; a single-process run without DataLoader workers here does the same with
-    Ctrl-C (a second Ctrl-C stops at once; a Ctrl-C after the last batch still ends the run as
-    interrupted). A ``KeyboardInterrupt`` raised mid-batch — after the optimizer step but before
-    Lightning counted the batch as completed — left a checkpoint that repeated that batch on resume (one
-    step too many; seen as 541 steps for 540). Work between batches, e.g. the ACR-gaming p̂ estimate at an
-    epoch start, finishes first. Lightning then exits with status 1 (Ctrl-C), and
-    :func:`rs_lightning.cli.train.train` with 143 (SIGTERM). Nothing is written when the weights are
-    non-finite (the method refuses to save them), so the previous ``last.ckpt`` stays. A checkpoint written
-    mid-epoch resumes mid-epoch (see docs/scaling.md on what that keeps bit-identical). Under DDP, with
-    DataLoader workers (a terminal's Ctrl-C stops them too), and where SIGINT is ignored or handled by
-    someone else, Ctrl-C is left to Python and Lightning as it is.
+    The handlers only note the signal. At the end of every training batch the ranks agree whether any of
+    them was signalled (a max all-reduce under DDP, so a signal to one rank, or to the launcher, which
+    passes it on, stops them all at the same step); then every rank saves together (the file is written
+    once, by rank 0), the step's log row is written and the run stops. The state saved is the one of a step
+    checkpoint that Lightning's ``ModelCheckpoint(every_n_train_steps=…)`` writes in the same hook, which
+    Lightning resumes exactly: every step once, the same logged steps. Not after a batch that validation or
+    the epoch's end follows (a resume from there would skip them): the run goes on to the next step. A
+    signal during validation stops at the next training batch; one after the last batch still ends the run
+    as interrupted. A second Ctrl-C stops at once, without a checkpoint (a state in the middle of a step is
+    not one to resume from): the last one written stays. Nothing is written when the weights are
+    non-finite (the method refuses to save them). Where SIGINT is ignored (a job started with ``&`` from a
+    script) or handled by someone else, it is left alone.
     """
 
     def __init__(self, dirpath: str) -> None:
         self.dirpath = Path(dirpath)
-        self._ctrl_c = False
+        self._signal: int | None = None
+        self._installed = self._speaks = False
 
-    # ------------------------------------------------------------ Ctrl-C at a batch boundary
+    # ---------------------------------------------------------------- signals
+    def _install(self, trainer: pl.Trainer) -> None:
+        """The handlers, installed once per fit after Lightning's signal connector noted the handlers it puts
+        back at its teardown (so these never outlive the fit, finished or failed)."""
+        if self._installed or threading.current_thread() is not threading.main_thread():
+            return
+        self._installed, self._signal, self._speaks = True, None, trainer.global_rank == 0
+        signal.signal(signal.SIGTERM, self._note)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._note)
+
+    def _note(self, signum, frame) -> None:
+        if signum == signal.SIGINT and self._signal == signal.SIGINT:  # a second Ctrl-C: at once
+            raise KeyboardInterrupt
+        if self._signal is None:
+            self._signal = signum
+            if not self._speaks:
+                return
+            name = signal.Signals(signum).name
+            again = " (Ctrl-C again to stop at once, without one)" if signum == signal.SIGINT else ""
+            os.write(2, f"{name}: writing a checkpoint at the end of this training step{again}\n".encode())
+
+    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._install(trainer)
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Installed after Lightning's signal connector noted the handlers it finds: its teardown puts
-        Python's handler back after every fit, finished or failed, so this one never outlives the fit."""
-        self._ctrl_c = False
-        in_charge = threading.current_thread() is threading.main_thread() and trainer.world_size == 1
-        if (
-            in_charge
-            and not _loader_workers(trainer)
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        ):
-            signal.signal(signal.SIGINT, self._note_ctrl_c)
-
-    def _note_ctrl_c(self, signum, frame) -> None:
-        if self._ctrl_c:  # the second Ctrl-C: at once
-            raise KeyboardInterrupt
-        self._ctrl_c = True
-        os.write(2, b"Ctrl-C: stopping at the next batch (Ctrl-C again to stop at once)\n")
-
-    def _stop_if_asked(self) -> None:
-        if self._ctrl_c:
-            raise KeyboardInterrupt
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._stop_if_asked()
-
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
-        if not trainer.sanity_checking:
-            self._stop_if_asked()
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._stop_if_asked()  # Ctrl-C after the last batch: still an interrupted run (exit 1), not 0
+        self._install(trainer)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._ctrl_c = False
+        self._installed, self._signal = False, None
 
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
-        if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
+    # ---------------------------------------------------------------- the stop
+    def _agreed_signal(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> int:
+        """The signal any rank noted (0: none), the same on every rank."""
+        if trainer.world_size == 1:
+            return self._signal or 0
+        noted = torch.tensor([self._signal or 0], device=pl_module.device)
+        torch.distributed.all_reduce(noted, op=torch.distributed.ReduceOp.MAX)
+        return int(noted.item())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        signum = self._agreed_signal(trainer, pl_module)
+        if not signum or _validation_follows(trainer, batch_idx):
             return
-        if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking or trainer.global_step == 0:
-            return
-        cause = "SIGTERM" if isinstance(exception, SIGTERMException) else "interrupted"
         path = self.dirpath / "last.ckpt"
+        cause = signal.Signals(signum).name
+        trainer._logger_connector.update_train_step_metrics()  # this step's row, which Lightning logs next
+        for logger in trainer.loggers:
+            logger.save()  # a spawned rank ends without Lightning's teardown, which would flush them
         try:
-            trainer.save_checkpoint(path)
+            trainer.save_checkpoint(path, weights_only=False)
         except Exception as err:  # e.g. NonFiniteWeightsError: keep the previous checkpoint
             rank_zero_info(f"{cause}: no checkpoint written ({err})")
-            return
-        rank_zero_info(
-            f"{cause} at epoch {trainer.current_epoch}, step {trainer.global_step}: wrote {path}; "
-            "resume with ckpt_path=last and the same hydra.run.dir"
-        )
+        else:
+            rank_zero_info(
+                f"{cause} at epoch {trainer.current_epoch}, step {trainer.global_step}: wrote {path}; "
+                "resume with ckpt_path=last and the same hydra.run.dir"
+            )
+        raise Interrupted(signum)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        signum = self._agreed_signal(trainer, pl_module)
+        if signum:  # after the last step: the final checkpoint is written, but the run was stopped
+            raise Interrupted(signum)
 
 
-def _loader_workers(trainer: pl.Trainer) -> bool:
-    """Whether the fit's training or validation DataLoaders have worker processes: a terminal's Ctrl-C
-    stops those at once, so the main process must not wait for the next batch (it would find them dead)."""
-
-    def loaders(value):
-        if isinstance(value, dict):
-            value = list(value.values())
-        return [x for v in value for x in loaders(v)] if isinstance(value, list | tuple) else [value]
-
-    found = loaders(trainer.train_dataloader) + loaders(trainer.val_dataloaders)
-    return any(getattr(loader, "num_workers", 0) > 0 for loader in found if loader is not None)
+def _validation_follows(trainer: pl.Trainer, batch_idx: int) -> bool:
+    """Whether validation (or the epoch's end) follows this training batch. Lightning resumes a checkpoint
+    saved there without that validation and its epoch-end checkpoint, so the stop waits one more step."""
+    interval = trainer.val_check_batch
+    last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+    return last or (isinstance(interval, int) and (batch_idx + 1) % interval == 0)

@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 
 from rs_lightning.analysis.results import hold_rank_lock
 from rs_lightning.cpu_allocator import tune_cpu_allocator
+from rs_lightning.interrupts import raise_on_stop_signals
 
 from .part import certify_part
 from .plan import CertificationPlan, Part, Ranks
@@ -102,6 +103,11 @@ class RankCertification(pl.LightningModule):
         self._rank_lock = hold_rank_lock(self.plan.out)
         if self.trainer.strategy.root_device.type == "cpu":
             tune_cpu_allocator()  # spawned ranks are new interpreters, with glibc's defaults again
+
+    def on_predict_start(self) -> None:
+        """SIGINT and SIGTERM stop this rank at once (its finished rows are flushed), replacing Lightning's
+        SIGTERM handler, which would wait for a collective that the other ranks may never call."""
+        raise_on_stop_signals()
 
     def predict_dataloader(self) -> DataLoader:
         # one batch: this rank's (index, count); Lightning moves batches, so no frozen Part travels in it

@@ -14,21 +14,32 @@ import dataclasses
 import hashlib
 import math
 import platform
+import shlex
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
+from torch.multiprocessing.spawn import ProcessExitedException
 
-from rs_lightning.analysis.results import RunRecord
+from rs_lightning.analysis.results import RunRecord, done_indices
 from rs_lightning.certification import CertificationPlan, OneProcess, Part, Ranks, execute
 from rs_lightning.certification.ranks import die_with_launcher, launcher_of_this_rank
 from rs_lightning.data.subset import parse_shard, subset_indices
-from rs_lightning.models.checkpoint import CheckpointMeta, load_classifier
+from rs_lightning.interrupts import Interrupted, launcher_passes_signals_on, stop_at_once_on_signals
+from rs_lightning.models.checkpoint import (
+    CheckpointMeta,
+    classifier_from_checkpoint,
+    read_checkpoint,
+    require_fit,
+)
 from rs_lightning.models.normalize import build_classifier
 from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_published
 from rs_lightning.smoothing import CertificationSpec
@@ -145,8 +156,11 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
         raise ConfigError(
             "model", cfg.model.get("_target_"), "unset when checkpoint= is given", "The checkpoint has it"
         )
-    model, meta = load_classifier(checkpoint, map_location=device)
-    return model, meta, checkpoint_datamodule(cfg, meta), resolve_sigma(cfg, meta.sigma)
+    state, meta = read_checkpoint(checkpoint, map_location=device)
+    require_fit(state, meta, checkpoint)  # on the meta device: the metadata fits the weights
+    datamodule = checkpoint_datamodule(cfg, meta)  # its classes and input shape, before the model is built
+    model = classifier_from_checkpoint(state, meta, checkpoint, map_location=device)
+    return model, meta, datamodule, resolve_sigma(cfg, meta.sigma)
 
 
 def spec_from_config(cfg: DictConfig) -> CertificationSpec:
@@ -298,8 +312,42 @@ def processes_of(cfg: DictConfig) -> OneProcess | Ranks:
 
 def certify(cfg: DictConfig) -> dict:
     """Certify (or, with ``mode=predict``, PREDICT) ``cfg.checkpoint``; returns the summary dict (also
-    written to ``summary.json``)."""
-    return execute(plan_run(cfg))
+    written to ``summary.json``). SIGINT or SIGTERM stops the run (every rank of it) at once: the rows
+    written are kept, one line says how many and how to resume, and the exit status is 130 or 143."""
+    plan = plan_run(cfg)
+    ranks = plan.processes.trainer if isinstance(plan.processes, Ranks) else None
+    try:
+        with stop_at_once_on_signals(), launcher_passes_signals_on(ranks) as received:
+            try:
+                return execute(plan)
+            except ProcessExitedException as stop:  # ranks that stopped on a signal (strategy=ddp_spawn)
+                interrupted = Interrupted.from_exit_status(stop.exit_code)
+                interrupted = Interrupted(received[0]) if received else interrupted
+                if interrupted is None:
+                    raise
+                raise interrupted from None
+    except Interrupted as stop:
+        print(interrupted_line(plan, stop.signum), file=sys.stderr)
+        raise
+
+
+def interrupted_line(plan: CertificationPlan, signum: int) -> str:
+    """What a stopped run says: the signal, the inputs that have their rows, and the command that resumes."""
+    done = len(set(done_indices(plan.table_path)) & set(plan.indices))
+    return (
+        f"{signal.Signals(signum).name}: stopped with {done} of {len(plan.indices)} inputs certified in "
+        f"{plan.out}; resume with: {resume_command(plan.out)}"
+    )
+
+
+def resume_command(out: Path) -> str:
+    """This command line again, writing into ``out`` (the folder a resume must reuse)."""
+    try:
+        overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:  # not under @hydra.main (the Python API): the folder is what matters
+        overrides = []
+    kept = [a for a in overrides if not a.startswith(("output_dir=", "hydra.run.dir="))]
+    return shlex.join(["python", "certify.py", *kept, f"output_dir={out}"])
 
 
 def plan_run(cfg: DictConfig) -> CertificationPlan:

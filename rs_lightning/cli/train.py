@@ -4,37 +4,41 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import signal
 import uuid
 from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
 from hydra.utils import get_class, instantiate
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
+from torch.multiprocessing.spawn import ProcessExitedException
 
 from rs_lightning import __version__
 from rs_lightning.analysis.results import try_flock
 from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.data.registry import DATA_MODULES
+from rs_lightning.interrupts import Interrupted, launcher_passes_signals_on
 from rs_lightning.loggers import ResumableCSVLogger, trained_batches
 from rs_lightning.methods.base import SmoothingMethod, check_training_noise
 from rs_lightning.models import build_classifier
-from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta, check_training_checkpoint
+from rs_lightning.models.checkpoint import (
+    CHECKPOINT_KEY,
+    RESUME_MUST_MATCH,
+    CheckpointMeta,
+    check_resumable,
+    check_training_checkpoint,
+)
 from rs_lightning.models.registry import MODELS
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
 
 from .common import check_trainer_config, plain, require_writable_dir
-
-RESUME_MUST_MATCH = ("sigma", "noise", "seed", "method", "model", "data", "optim")
-"""Settings a resumed run must share with its checkpoint (except the keys in ``RESUME_MAY_CHANGE``)."""
-RESUME_MAY_CHANGE = (
-    "optim.max_epochs", "data.num_workers", "data.val_batch_size", "data.root", "data.path",
-    "data.source.root", "data.source.path", "data.background_dir",
-)  # fmt: skip
 
 
 def validate_train_config(cfg: DictConfig) -> None:
@@ -67,42 +71,75 @@ def _check_noise(cfg: DictConfig) -> None:
         check_training_noise(method, cfg.get("noise", "gaussian"), cfg.method)
 
 
+HPC_CHECKPOINT = re.compile(r"hpc_ckpt_(\d+)\.ckpt")
+"""Lightning's SLURM checkpoints (``hpc_ckpt_<N>.ckpt`` in the trainer's ``default_root_dir``; the largest N
+is the newest)."""
+
+
+def hpc_folder(cfg: DictConfig) -> Path:
+    """Where Lightning writes and looks for ``hpc_ckpt_<N>.ckpt``: the trainer's ``default_root_dir``."""
+    return Path(cfg.trainer.get("default_root_dir") or os.getcwd())
+
+
+def newest_hpc_checkpoint(cfg: DictConfig) -> Path | None:
+    """The checkpoint Lightning's ``ckpt_path="hpc"`` (and its SLURM auto-resume) would load, or None."""
+    names = [
+        (m, p) for p in hpc_folder(cfg).glob("hpc_ckpt_*.ckpt") if (m := HPC_CHECKPOINT.fullmatch(p.name))
+    ]
+    return max(names, key=lambda found: int(found[0].group(1)))[1] if names else None
+
+
 def resume_checkpoint(cfg: DictConfig) -> tuple[str | None, dict | None]:
     """``(path, checkpoint)`` to resume from, or ``(None, None)`` for a new run.
 
-    ``ckpt_path=last`` means ``<paths.output_dir>/checkpoints/last.ckpt``, and a new run when there is none
-    yet (so a requeued job can always pass it). A new run into a folder that already holds a checkpoint is
-    refused: it would overwrite it and mix the logs.
+    Every way of resuming becomes one file here, loaded safely and checked against this run's settings
+    (:func:`check_resume_matches`) and its epochs before any work: ``ckpt_path=last`` means
+    ``<paths.output_dir>/checkpoints/last.ckpt`` (a new run when there is none yet, so a requeued job can
+    always pass it); ``ckpt_path=hpc`` the newest ``hpc_ckpt_<N>.ckpt`` Lightning's SLURM support wrote, which
+    a SLURM job without ``ckpt_path`` resumes too (Lightning's auto-resume; the newer of it and
+    ``last.ckpt``); a path that file. Lightning's
+    ``best`` and model-registry names are refused: they are resolved inside the fit, where no check could
+    come first. A new run into a folder that already holds a checkpoint is refused: it would overwrite it
+    and mix the logs.
     """
     output_dir = Path(cfg.paths.output_dir)
     last = output_dir / "checkpoints" / "last.ckpt"
+    hpc = newest_hpc_checkpoint(cfg)
     ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path in (None, "") and hpc is not None and SLURMEnvironment.detect():
+        newest = max([hpc, last] if last.exists() else [hpc], key=lambda path: path.stat().st_mtime)
+        print(f"SLURM job with {hpc.name} in {hpc.parent}: resuming {newest} (Lightning's auto-resume)")
+        ckpt_path = str(newest)
     if ckpt_path in (None, ""):
-        if last.exists():
-            raise ConfigError(
-                "paths.output_dir", str(output_dir), "a folder without a training run",
-                f"it holds {last}: resume it with ckpt_path=last, or choose another folder",
-            )  # fmt: skip
+        for found, how in ((last, "ckpt_path=last"), (hpc, "ckpt_path=hpc")):
+            if found is not None and found.exists():
+                raise ConfigError(
+                    "paths.output_dir", str(output_dir), "a folder without a training run",
+                    f"it holds {found}: resume it with {how}, or choose another folder",
+                )  # fmt: skip
         return None, None
     if ckpt_path == "last":
         if not last.exists():
             print(f"ckpt_path=last: no checkpoint in {last.parent} yet, starting a new run")
             return None, None
         ckpt_path = str(last)
+    elif ckpt_path == "hpc":
+        if hpc is None:
+            raise ConfigError(
+                "ckpt_path", "hpc", "a name with a checkpoint behind it",
+                f"there is no hpc_ckpt_<N>.ckpt in {hpc_folder(cfg)}; pass ckpt_path=last or a file",
+            )  # fmt: skip
+        ckpt_path = str(hpc)
+    elif str(ckpt_path) == "best" or str(ckpt_path).startswith("registry"):
+        raise ConfigError(
+            "ckpt_path", ckpt_path, "last, hpc or a checkpoint file",
+            "Lightning resolves that name inside the fit, where it could not be checked against this run's "
+            "settings first; pass the checkpoint file's path",
+        )  # fmt: skip
     checkpoint = check_training_checkpoint(ckpt_path)
-    if not checkpoint:  # Lightning's own names (hpc, best, registry): Lightning resolves them
-        return ckpt_path, None
-    check_resume_matches(cfg, checkpoint)
+    check_resume_matches(cfg, checkpoint, ckpt_path)
+    check_epochs_left(cfg, checkpoint, ckpt_path)
     return ckpt_path, checkpoint
-
-
-def _flat(tree, prefix: str = "") -> dict:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out = {}
-    for key, value in tree.items():
-        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
 
 
 def _value(cfg: DictConfig, key: str):
@@ -110,22 +147,33 @@ def _value(cfg: DictConfig, key: str):
     return plain(value) if isinstance(value, DictConfig) else value
 
 
-def check_resume_matches(cfg: DictConfig, checkpoint: dict) -> None:
-    """Refuse to resume with another method, sigma, model, data, recipe or seed than the checkpoint's."""
-    meta = CheckpointMeta.from_dict(checkpoint[CHECKPOINT_KEY])
-    saved = _flat({key: getattr(meta, key) for key in RESUME_MUST_MATCH})
-    now = _flat({key: _value(cfg, key) for key in RESUME_MUST_MATCH})
-    differ = [
-        key for key in sorted(set(saved) | set(now))
-        if saved.get(key) != now.get(key) and not key.startswith(RESUME_MAY_CHANGE)
-    ]  # fmt: skip
-    if differ:
-        shown = "; ".join(f"{k}: checkpoint {saved.get(k)!r}, now {now.get(k)!r}" for k in differ[:4])
+def check_resume_matches(cfg: DictConfig, checkpoint: dict, ckpt_path: str | None = None) -> None:
+    """Refuse to resume with another method, sigma, model, data, recipe or seed than the checkpoint's
+    (:func:`~rs_lightning.models.checkpoint.check_resumable`, the rule every method applies again to the
+    file Lightning loads)."""
+    saved = CheckpointMeta.from_dict(checkpoint[CHECKPOINT_KEY])
+    now = CheckpointMeta(**{key: _value(cfg, key) for key in RESUME_MUST_MATCH})
+    check_resumable(saved, now, cfg.get("ckpt_path") if ckpt_path is None else ckpt_path)
+
+
+def trained_epochs(checkpoint: dict) -> int:
+    """Epochs a training checkpoint has completed (Lightning's ``current_epoch`` after restoring it)."""
+    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {})
+    return int(progress.get("current", {}).get("completed", checkpoint.get("epoch", 0)))
+
+
+def check_epochs_left(cfg: DictConfig, checkpoint: dict, ckpt_path: str) -> None:
+    """A resume with ``optim.max_epochs`` below the epochs the checkpoint has trained is refused (Lightning's
+    MisconfigurationException, a traceback, otherwise); equal ones: already done, said in one line."""
+    done, wanted = trained_epochs(checkpoint), int(cfg.optim.max_epochs)
+    if done > wanted:
         raise ConfigError(
-            "ckpt_path", cfg.ckpt_path, "a checkpoint of the same run",
-            f"it was trained with other settings ({shown}{' …' if len(differ) > 4 else ''}); resume with "
-            "the checkpoint's settings or start a new run in another folder",
+            "optim.max_epochs", wanted, f">= {done}, the epochs {ckpt_path} has already trained",
+            "a run cannot be shortened after the fact: certify an earlier epoch's checkpoint "
+            "(epochNNN.ckpt), or train a new run with the shorter schedule in another folder",
         )  # fmt: skip
+    if done == wanted:
+        print(f"{ckpt_path} has already trained optim.max_epochs={wanted} epochs: nothing left to train")
 
 
 def checkpoint_metadata(cfg: DictConfig, datamodule) -> CheckpointMeta:
@@ -164,12 +212,6 @@ def lock_output_dir(output_dir: str | Path):
     return handle
 
 
-SIGTERM_EXIT_STATUS = 143
-"""Exit status of a run stopped by SIGTERM (128 + 15, the shell's convention), after
-:class:`~rs_lightning.callbacks.interrupt.CheckpointOnInterrupt` wrote ``last.ckpt``: a job script or
-scheduler sees an unfinished run, not a finished one."""
-
-
 def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> dict:
     """Train the configured method; returns ``{"checkpoint": path, "metrics": {...}, "output_dir": ...}``.
 
@@ -187,8 +229,15 @@ def train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None = None) -> 
 
 
 def build_method(cfg: DictConfig, datamodule) -> pl.LightningModule:
-    """The training method (``cfg.method``) around ``cfg.model`` built for the data's shape and classes."""
-    net = instantiate(cfg.model, input_shape=datamodule.input_shape, num_classes=datamodule.num_classes)
+    """The training method (``cfg.method``) around ``cfg.model`` built for the data's shape and classes,
+    after a build on the meta device shows that its training state fits in memory."""
+    from rs_lightning.models.size import require_trainable_size, training_device
+
+    def build():
+        return instantiate(cfg.model, input_shape=datamodule.input_shape, num_classes=datamodule.num_classes)
+
+    require_trainable_size(build, "model", plain(cfg.model), training_device(cfg.trainer))
+    net = build()
     return instantiate(
         cfg.method,
         model=build_classifier(net, datamodule.mean, datamodule.std),
@@ -206,7 +255,7 @@ def build_method(cfg: DictConfig, datamodule) -> pl.LightningModule:
 def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
     """:func:`train` once its configuration is checked and its output folder locked."""
     ckpt_path, resumed = resume_checkpoint(cfg)
-    pl.seed_everything(cfg.seed, workers=True)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)  # its "Seed set" line went to stderr
     if not torch.cuda.is_available():
         tune_cpu_allocator()
     datamodule = instantiate(cfg.data)
@@ -226,10 +275,7 @@ def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
     trainer: pl.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for logger in loggers:
         logger.log_hyperparams(plain(cfg))
-    try:
-        trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path)
-    except SIGTERMException as stop:  # Lightning's SystemExit(None) would exit with status 0: "finished"
-        raise SystemExit(SIGTERM_EXIT_STATUS) from stop
+    fit_or_interrupted(trainer, method, datamodule, ckpt_path)
     for logger in loggers:  # W&B keeps its run open after fit: close it so a next run in this process is new
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             logger.experiment.finish()
@@ -238,6 +284,33 @@ def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
     if trainer.is_global_zero:
         print(f"checkpoint: {checkpoint or '(none written: no checkpoint callback)'}")
     return {"checkpoint": checkpoint, "metrics": metrics, "output_dir": str(Path(cfg.paths.output_dir))}
+
+
+def fit_or_interrupted(trainer: pl.Trainer, method, datamodule, ckpt_path: str | None) -> None:
+    """``trainer.fit``; a fit stopped by SIGINT or SIGTERM ends in
+    :class:`~rs_lightning.interrupts.Interrupted` (exit status 130 or 143, after
+    :class:`~rs_lightning.callbacks.interrupt.CheckpointOnInterrupt` wrote ``last.ckpt``), also where
+    Lightning or spawned ranks would report it otherwise: Lightning's own ``SIGTERMException`` (a
+    ``SystemExit(None)``: status 0, "finished"), its ``exit(1)`` after a second Ctrl-C, and the exit status
+    of ranks that stopped (``strategy=ddp_spawn``), a failure to their launcher."""
+    with launcher_passes_signals_on(trainer) as received:
+        try:
+            trainer.fit(method, datamodule=datamodule, ckpt_path=ckpt_path)
+        except Interrupted:
+            raise
+        except SIGTERMException as stop:  # Lightning's, for a SIGTERM before this fit's handlers were set
+            raise Interrupted(signal.SIGTERM) from stop
+        except ProcessExitedException as stop:
+            interrupted = (
+                Interrupted(received[0]) if received else Interrupted.from_exit_status(stop.exit_code)
+            )
+            if interrupted is None:
+                raise
+            raise interrupted from None
+        except SystemExit as stop:
+            if isinstance(stop.__context__, KeyboardInterrupt):  # Lightning's exit(1) after Ctrl-C Ctrl-C
+                raise Interrupted(signal.SIGINT) from None
+            raise
 
 
 def last_checkpoint(trainer: pl.Trainer) -> str:

@@ -42,7 +42,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torchmetrics import MeanMetric
 
-from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta
+from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta, check_resumable
 from rs_lightning.smoothing.certificate import Certificate, default_norm
 from rs_lightning.smoothing.soft import noisy_logits
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
@@ -386,6 +386,19 @@ class SmoothingMethod(pl.LightningModule):
         checkpoint["rs_lightning_epoch_steps"] = [self._epoch_skipped, self._epoch_steps]  # mid-epoch saves
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Restore this method's own state; first refuse a checkpoint trained under other settings than
+        this run's (:func:`~rs_lightning.models.checkpoint.check_resumable`), whichever way Lightning found
+        the file (a path, ``last``, ``hpc``, its SLURM auto-resume): the weights are never restored under
+        metadata they did not train with."""
+        if self.metadata is not None:
+            source = (self._trainer.ckpt_path if self._trainer is not None else None) or "the checkpoint"
+            if not isinstance(checkpoint.get(CHECKPOINT_KEY), dict):
+                raise ConfigError(
+                    "ckpt_path", str(source), "a training checkpoint written by train.py",
+                    f"it has no {CHECKPOINT_KEY!r} metadata",
+                )  # fmt: skip
+            saved = CheckpointMeta.from_dict(checkpoint[CHECKPOINT_KEY])
+            check_resumable(saved, self.checkpoint_meta(), source)
         state = checkpoint.get("rs_lightning_noise_state")
         if state is not None:  # applied when the generator is (re)created on the module's device
             self._restored_noise_state = state.cpu()

@@ -9,18 +9,21 @@ import csv
 import fcntl
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
 import torch
-from rs_testing import REPO, run_script, train_config
+from rs_testing import REPO, assert_one_line_error, run_script, train_config
 
 from rs_lightning.cli.train import train
+from rs_lightning.loggers import trained_batches
 from rs_lightning.methods import NonFiniteLossError, NonFiniteWeightsError
 from rs_lightning.validation import ConfigError
 
@@ -106,6 +109,98 @@ def test_resume_refuses_another_method_or_sigma_naming_the_difference(tmp_path):
         train(train_config(tmp_path, ["optim.max_epochs=2", *QUIET]))  # a new run would overwrite it
 
 
+SLURM_JOB = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "7"}
+"""What Lightning's SLURMEnvironment.detect() reads: a batch job (its auto-resume applies)."""
+
+
+@pytest.fixture(scope="module")
+def gaussian_checkpoint(tmp_path_factory) -> Path:
+    """One epoch of gaussian, sigma 0.25, on the digits: the last.ckpt every resume case starts from."""
+    out = tmp_path_factory.mktemp("gaussian")
+    return Path(train(train_config(out, ["optim.max_epochs=1", "data.batch_size=256", *QUIET]))["checkpoint"])
+
+
+def test_ckpt_path_hpc_is_checked_like_every_other_resume(tmp_path, gaussian_checkpoint):
+    """Catches the hostile case: a Gaussian sigma=0.25 last.ckpt saved as hpc_ckpt_1.ckpt and resumed with
+    ckpt_path=hpc, sigma=0.5, method=macer exited 0, and the new checkpoint recorded sigma 0.5 and MACER for
+    weights trained under Gaussian noise at 0.25 (every certification of it then stated the wrong
+    protocol): Lightning resolved 'hpc' itself, past the check that 'last' and paths got."""
+    shutil.copy(gaussian_checkpoint, tmp_path / "hpc_ckpt_1.ckpt")
+    done = run_script(
+        "train.py", "optim.max_epochs=4", "sigma=0.5", "method=macer", f"hydra.run.dir={tmp_path}",
+        "ckpt_path=hpc", "data.batch_size=256", *QUIET, timeout=300,
+    )  # fmt: skip
+    assert_one_line_error(done, "hpc_ckpt_1.ckpt", "method._target_: checkpoint", "GaussianAugmentation")
+    assert not (tmp_path / "checkpoints").exists()
+    common = [f"trainer.default_root_dir={tmp_path}", "data.batch_size=256", *QUIET]
+    with pytest.raises(ConfigError, match=r"^paths.output_dir=.*resume it with ckpt_path=hpc"):
+        train(train_config(tmp_path, ["optim.max_epochs=2", *common]))  # a new run would mix with it
+    with pytest.raises(ConfigError, match=r"no hpc_ckpt_<N>.ckpt in .*empty"):
+        train(train_config(tmp_path / "empty", ["optim.max_epochs=2", "ckpt_path=hpc"]))
+    with pytest.raises(ConfigError, match=r"^ckpt_path='best' is invalid.*pass the checkpoint file's path"):
+        train(train_config(tmp_path / "best", ["optim.max_epochs=2", "ckpt_path=best"]))
+    resumed = train(train_config(tmp_path, ["optim.max_epochs=2", "ckpt_path=hpc", *common]))
+    assert torch.load(resumed["checkpoint"], weights_only=True)["global_step"] == 2 * 6
+
+
+def test_slurm_auto_resume_is_checked_and_takes_the_newer_checkpoint(
+    tmp_path, gaussian_checkpoint, monkeypatch
+):
+    """Lightning resumes a SLURM job's hpc_ckpt_<N>.ckpt without being asked (ckpt_path unset): that resume
+    is checked too (sigma 0.5 refused), and it takes the newer of hpc_ckpt and last.ckpt (catches a requeued
+    job that went back to an older SLURM checkpoint although an interrupt wrote a later last.ckpt)."""
+    for name, value in SLURM_JOB.items():
+        monkeypatch.setenv(name, value)
+    shutil.copy(gaussian_checkpoint, tmp_path / "hpc_ckpt_1.ckpt")
+    common = [f"trainer.default_root_dir={tmp_path}", "data.batch_size=256", *QUIET]
+    with pytest.raises(ConfigError, match=r"hpc_ckpt_1.ckpt.*sigma: checkpoint 0.25, now 0.5"):
+        train(train_config(tmp_path, ["optim.max_epochs=2", "sigma=0.5", *common]))
+    first = train(train_config(tmp_path, ["optim.max_epochs=2", *common]))  # writes a newer last.ckpt
+    assert torch.load(first["checkpoint"], weights_only=True)["global_step"] == 12
+    again = train(train_config(tmp_path, ["optim.max_epochs=3", *common]))  # from last.ckpt, not hpc_ckpt_1
+    assert torch.load(again["checkpoint"], weights_only=True)["global_step"] == 18
+
+
+def test_the_file_lightning_loads_is_checked_again(tmp_path, gaussian_checkpoint, monkeypatch):
+    """The method's own check of whatever checkpoint Lightning restores: with train.py's check before the
+    fit switched off, a resume with another sigma is still refused before any weight is restored (catches
+    a way of resuming that train.py does not resolve, e.g. a new one in a later Lightning)."""
+    import rs_lightning.cli.train as cli_train
+
+    monkeypatch.setattr(cli_train, "check_resume_matches", lambda *args, **kwargs: None)
+    with pytest.raises(ConfigError, match=r"sigma: checkpoint 0.25, now 0.5"):
+        train(train_config(tmp_path, ["optim.max_epochs=2", "sigma=0.5", f"ckpt_path={gaussian_checkpoint}",
+                                      "data.batch_size=256", *QUIET]))  # fmt: skip
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_lower_max_epochs_on_resume_is_one_line_and_an_equal_one_is_done(tmp_path):
+    """Catches: resuming a 2-epoch checkpoint with optim.max_epochs=1 ending in Lightning's
+    MisconfigurationException traceback (exit 1); an equal one trains nothing and says so."""
+    common = [f"hydra.run.dir={tmp_path}", "ckpt_path=last", "data.batch_size=256", *QUIET]
+    train(train_config(tmp_path, ["optim.max_epochs=2", "data.batch_size=256", *QUIET]))
+    done = run_script("train.py", "optim.max_epochs=1", *common, timeout=300)
+    assert_one_line_error(done, "optim.max_epochs=1", ">= 2, the epochs", "last.ckpt has already trained")
+    done = run_script("train.py", "optim.max_epochs=2", *common, timeout=300)
+    assert done.returncode == 0 and "nothing left to train" in done.stdout, done.stderr[-2000:]
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 12
+
+
+def test_a_pickle_payload_as_an_hpc_checkpoint_is_one_line_and_never_runs(tmp_path):
+    """Catches: a pickled payload saved as hpc_ckpt_1.ckpt with ckpt_path=hpc ending in Lightning's
+    UnpicklingError traceback (exit 1), and, worse, any code of it running."""
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"state_dict": {}, "rs_lightning": {}, "evil": Evil()}, tmp_path / "hpc_ckpt_1.ckpt")
+    done = run_script("train.py", f"hydra.run.dir={tmp_path}", "ckpt_path=hpc", *QUIET, timeout=300)
+    assert_one_line_error(done, "hpc_ckpt_1.ckpt", "system")
+    assert not marker.exists()
+
+
 def test_a_second_train_on_a_folder_in_use_is_refused_before_any_work(tmp_path):
     """Catches: two train.py with ckpt_path=last on one folder (a requeue racing a live job) both resuming
     from the same checkpoint and interleaving their checkpoints and CSV rows."""
@@ -124,31 +219,6 @@ def test_ckpt_path_last_without_a_checkpoint_starts_a_new_run(tmp_path, capsys):
     result = train(train_config(tmp_path, ["optim.max_epochs=1", "ckpt_path=last", *QUIET]))
     assert "starting a new run" in capsys.readouterr().out
     assert torch.load(result["checkpoint"], weights_only=True)["global_step"] == 23
-
-
-class SendSigterm(pl.Callback):
-    """Sends SIGTERM to this process (what a cluster does on preemption) at (epoch, batch)."""
-
-    def __init__(self, epoch: int, batch: int):
-        self.epoch, self.batch = epoch, batch
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
-def test_sigterm_writes_a_checkpoint_exits_143_and_resumes_every_step_once(tmp_path):
-    """Catches: a preempted (SIGTERM) run exiting with status 0 (Lightning's SIGTERMException is a
-    SystemExit(None)), so job scripts mark it finished (mnist_common.sh writes train.done) and certify a
-    half-trained model; and the work since the last epoch end lost (no checkpoint at the interrupt)."""
-    overrides = ["optim.max_epochs=3", "ckpt_path=last", *QUIET]
-    with pytest.raises(SystemExit) as stop:
-        train(train_config(tmp_path, overrides), extra_callbacks=[SendSigterm(epoch=1, batch=4)])
-    assert stop.value.code == 143
-    # Lightning raises before the next batch: 23 steps of epoch 0, then batches 0-4 of epoch 1
-    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 23 + 5
-    result = train(train_config(tmp_path, overrides))
-    assert torch.load(result["checkpoint"], weights_only=True)["global_step"] == 3 * 23
 
 
 class InjectNaN(pl.Callback):
@@ -338,75 +408,128 @@ def test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert epochs == ["0", "1", "2"]
 
 
-class CtrlCAfterStep(pl.Callback):
-    """Sends this process SIGINT right after optimizer step ``at`` (global step count), inside the training
-    step: Lightning has counted the step but not yet the batch, where Python's own handler raised
-    KeyboardInterrupt and the checkpoint repeated the batch (and its step) on resume."""
+class SignalAfterStep(pl.Callback):
+    """Sends this process ``signum`` right after optimizer step ``at`` (global step count), inside the
+    training step: Lightning has counted the step but not yet the batch. There Python's own Ctrl-C raised
+    KeyboardInterrupt and the checkpoint repeated the batch on resume (541 steps for 540); a stop noted at
+    the next batch's start left the loop counters one batch apart (a resume then logged every later step
+    one too high)."""
 
-    def __init__(self, at: int) -> None:
-        self.at = at
+    def __init__(self, at: int, signum: int = signal.SIGINT) -> None:
+        self.at, self.signum = at, signum
 
     def on_train_start(self, trainer, pl_module) -> None:
         after_step = pl_module.after_optimizer_step
 
-        def and_ctrl_c() -> None:
+        def and_signal() -> None:
             after_step()
             if trainer.global_step == self.at:
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), self.signum)
 
-        pl_module.after_optimizer_step = and_ctrl_c
+        pl_module.after_optimizer_step = and_signal
 
 
-def test_ctrl_c_after_an_optimizer_step_stops_at_the_next_batch_and_resume_does_every_step_once(tmp_path):
-    """Catches the race the slow Ctrl-C test below hit about once in eight runs under load (541 steps for
-    540): a KeyboardInterrupt after a batch's optimizer step but before the batch counted as completed. The
-    interrupt must stop at the next batch boundary, the checkpoint hold exactly the steps taken, and the
-    resumed run take every step of the schedule once."""
-    overrides = ["optim.max_epochs=1", "data.batch_size=64", *QUIET]
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+@contextmanager
+def terminal_ctrl_c():
+    """SIGINT as in a terminal (pytest may run with it ignored, e.g. as a background job)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with pytest.raises(SystemExit) as stop:  # Lightning: "Detected KeyboardInterrupt", exit(1)
-            train(train_config(tmp_path, overrides), extra_callbacks=[CtrlCAfterStep(at=7)])
-        assert stop.value.code == 1
+        yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 7
-    resumed = train(train_config(tmp_path, [*overrides, "ckpt_path=last"]))
+
+
+def logged_steps(run_dir) -> list[tuple[str, str, list[str]]]:
+    """(epoch, step, the metrics logged) of every row of metrics.csv."""
+    return [(r["epoch"], r["step"], sorted(k for k, v in r.items() if v)) for r in metric_rows(run_dir)]
+
+
+def loop_counts(path) -> tuple[int, int]:
+    """A checkpoint's optimizer steps and Lightning's count of stepped batches (the step loggers use)."""
+    checkpoint = torch.load(path, weights_only=True)
+    return checkpoint["global_step"], trained_batches(checkpoint)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_step_checkpoints_that_step_and_the_resume_equals_a_straight_run(tmp_path, signum):
+    """Catches: a preempted (SIGTERM) or Ctrl-C'd run exiting 0 (Lightning's SIGTERMException is a
+    SystemExit(None)) or 1, so job scripts take it for finished or failed; the work since the last epoch
+    lost; and a resume off by one batch: the checkpoint must hold exactly the steps taken, and the resumed
+    run the straight run's steps, stepped-batch count and log rows at the same steps (a stop noted at the
+    next batch's start gave 2157 steps with 2158 stepped batches, validation logged at steps 1438/2157 for
+    1437/2156; a stop at the step's end lost that step's log row)."""
+    overrides = ["optim.max_epochs=3", "data.batch_size=64", "trainer.log_every_n_steps=5", *QUIET]
+    with terminal_ctrl_c(), pytest.raises(SystemExit) as stop:  # 23 steps an epoch; step 30 is logged
+        train(train_config(tmp_path / "stopped", overrides), extra_callbacks=[SignalAfterStep(30, signum)])
+    assert stop.value.code == 128 + signum
+    assert loop_counts(tmp_path / "stopped" / "checkpoints" / "last.ckpt")[0] == 30
+    resumed = train(train_config(tmp_path / "stopped", [*overrides, "ckpt_path=last"]))
     straight = train(train_config(tmp_path / "straight", overrides))
-    steps = [torch.load(r["checkpoint"], weights_only=True)["global_step"] for r in (resumed, straight)]
-    assert steps[0] == steps[1] > 7
+    assert loop_counts(resumed["checkpoint"]) == loop_counts(straight["checkpoint"]) == (69, 69)
+    assert logged_steps(tmp_path / "stopped") == logged_steps(tmp_path / "straight")
+    validated = [e for e, _, metrics in logged_steps(tmp_path / "straight") if "val/acc_noisy" in metrics]
+    assert validated == ["0", "1", "2"]
 
 
-def test_ctrl_c_after_the_last_step_still_ends_the_run_as_interrupted(tmp_path):
+def test_a_signal_at_an_epoch_end_resumes_exactly_too(tmp_path):
+    """A signal in the last step of an epoch: Lightning resumes a checkpoint taken there without that epoch's
+    validation (caught: the resumed run lacked epoch 0's validation row), so the stop comes one step later
+    (step 24, after the epoch-end checkpoint), and the resume runs everything once."""
+    overrides = ["optim.max_epochs=2", "data.batch_size=64", *QUIET]
+    with terminal_ctrl_c(), pytest.raises(SystemExit):
+        train(train_config(tmp_path / "stopped", overrides), extra_callbacks=[SignalAfterStep(23)])
+    assert loop_counts(tmp_path / "stopped" / "checkpoints" / "last.ckpt")[0] == 24
+    resumed = train(train_config(tmp_path / "stopped", [*overrides, "ckpt_path=last"]))
+    straight = train(train_config(tmp_path / "straight", overrides))
+    assert loop_counts(resumed["checkpoint"]) == loop_counts(straight["checkpoint"])
+    assert logged_steps(tmp_path / "stopped") == logged_steps(tmp_path / "straight")
+
+
+def test_a_signal_after_the_last_step_still_ends_the_run_as_interrupted(tmp_path):
     """Ctrl-C during the last training step: only the epoch's validation (or nothing) follows, and the run
-    must still end as interrupted (status 1), never as a finished training (status 0) that a job script
+    must still end as interrupted (status 130), never as a finished training (status 0) that a job script
     would go on from."""
     overrides = ["optim.max_epochs=1", "data.batch_size=256", *QUIET]  # 6 steps on the digits
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(SystemExit) as stop:
-            train(train_config(tmp_path, overrides), extra_callbacks=[CtrlCAfterStep(at=6)])
-        assert stop.value.code == 1
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with terminal_ctrl_c(), pytest.raises(SystemExit) as stop:
+        train(train_config(tmp_path, overrides), extra_callbacks=[SignalAfterStep(at=6)])
+    assert stop.value.code == 130
 
 
-def test_a_finished_or_failed_fit_gives_ctrl_c_back(tmp_path):
-    """The deferred Ctrl-C handler is the fit's only: after a fit that finished, and after one that stopped
-    on a non-finite loss, SIGINT raises KeyboardInterrupt again (catches a handler left behind, under which
-    a notebook's or script's next Ctrl-C would only print a message)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
+class CtrlCTwice(pl.Callback):
+    """Two Ctrl-C inside one training step."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == 30:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_good_checkpoint(tmp_path):
+    """Catches: a second Ctrl-C ignored (a user who wants out must wait), or a checkpoint written from the
+    state in the middle of a step, which a resume would repeat in part; the last epoch's stays."""
+    overrides = ["optim.max_epochs=3", "data.batch_size=64", *QUIET]
+    with terminal_ctrl_c(), pytest.raises(SystemExit) as stop:
+        train(train_config(tmp_path, overrides), extra_callbacks=[CtrlCTwice()])
+    assert stop.value.code == 130
+    assert loop_counts(tmp_path / "checkpoints" / "last.ckpt") == (23, 23)  # epoch 0's
+
+
+def test_a_finished_or_failed_fit_gives_the_signals_back(tmp_path):
+    """The stop handlers are the fit's only: after a fit that finished, and after one that stopped on a
+    non-finite loss, SIGINT raises KeyboardInterrupt and SIGTERM has its earlier handler again (catches a
+    handler left behind, under which a notebook's or script's next Ctrl-C would only print a message)."""
+    with terminal_ctrl_c():
+        before = signal.getsignal(signal.SIGTERM)
         train(train_config(tmp_path / "ok", ["optim.max_epochs=1", "data.batch_size=256", *QUIET]))
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is before
         with pytest.raises(NonFiniteLossError):
             train(
                 train_config(tmp_path / "nan", ["optim.max_epochs=2", "data.batch_size=256", *QUIET]),
                 extra_callbacks=[InjectNaN(1, 0)],
             )
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        assert signal.getsignal(signal.SIGTERM) is before
 
 
 def _reset_sigint() -> None:
