@@ -686,18 +686,18 @@ def done_indices(table: str | os.PathLike) -> set[int]:
     return done
 
 
-def merge_parts(table: str | os.PathLike, wanted: list[int]) -> list[int]:
+def merge_parts(table: str | os.PathLike, wanted: list[int], protocol: str | None = None) -> list[int]:
     """Merge the table and its shard files into ``table`` (sorted by idx, atomically; the shard files are
     then removed) once together they hold every ``wanted`` index; returns the indices still missing (then
     nothing is changed). Two parts holding one index are refused, naming the indices, and so are rows of
-    different protocol fingerprints."""
+    different protocol fingerprints, or of another than ``protocol`` (the run's, from its settings.json)."""
     table = Path(table)
     with (table.parent / ".merge.lock").open("a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # one merger at a time; released when the file closes
-        return _merge_locked(table, wanted)
+        return _merge_locked(table, wanted, protocol)
 
 
-def _merge_locked(table: Path, wanted: list[int]) -> list[int]:
+def _merge_locked(table: Path, wanted: list[int], protocol: str | None) -> list[int]:
     parts = [p for p in part_tables(table) if p.stat().st_size]
     header, merged, owner, overlap, protocols = None, {}, {}, {}, {}
     for path in parts:
@@ -716,6 +716,13 @@ def _merge_locked(table: Path, wanted: list[int]) -> list[int]:
         raise ResultFileError(
             f"parts of {table} hold rows of different protocols (fingerprints {detail}): rows of another run "
             "were copied in; remove them, or certify into another output_dir"
+        )
+    foreign = [(f, name) for f, name in protocols.items() if protocol is not None and f != protocol]
+    if foreign:
+        raise ResultFileError(
+            f"{foreign[0][1]} holds rows of another protocol (fingerprint {foreign[0][0]}) than its run's "
+            f"settings.json ({protocol}): rows of another run were copied in; remove them, or certify into "
+            "another output_dir"
         )
     if overlap:
         detail = "; ".join(f"{a} and {b}: idx {sorted(v)[:8]}" for (a, b), v in overlap.items())

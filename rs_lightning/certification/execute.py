@@ -58,7 +58,7 @@ def execute(plan: CertificationPlan) -> dict:
                 return {}  # another rank merges
         else:
             certify_part(plan, processes.part, processes.device)
-        missing = merge_parts(plan.table_path, plan.indices)
+        missing = merge_parts(plan.table_path, plan.indices, plan.record.fingerprint())
     if missing and isinstance(processes, Ranks):  # every rank has finished: rows were lost, not pending
         raise ResultFileError(
             f"{plan.out}: after every rank finished, {len(missing)} of {len(plan.indices)} inputs have no "

@@ -113,7 +113,7 @@ def merge_run(out: str | Path, radius_step: float | None = None) -> dict:
         raise ResultFileError(f"{out} has no settings.json: not a certify.py run folder")
     indices = settings.indices()
     with FolderLock(out, shared=False):
-        missing = merge_parts(result_table(settings.mode).path(out), indices)
+        missing = merge_parts(result_table(settings.mode).path(out), indices, settings.fingerprint())
     if missing:
         raise ResultFileError(
             f"{out}: {len(missing)} of {len(indices)} inputs are in no part yet (idx {missing[:10]}"

@@ -296,6 +296,21 @@ def test_merge_refuses_parts_of_another_protocol(trained_digits, tmp_path, capsy
     assert len(err.splitlines()) == 1 and not (a / "certify.tsv").exists()
 
 
+def test_merge_refuses_parts_of_another_protocol_than_the_settings(trained_digits, tmp_path, capsys):
+    """Catches: `report merge` that only compares the parts with one another, so a folder whose part was
+    replaced by another seed's is merged (or waits for its other part) under its own settings.json."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_shard(a, trained_digits["checkpoint"], "0/2")
+    run_shard(b, trained_digits["checkpoint"], "0/2", ["seed=7"])
+    part = "certify.shard-0-of-2.tsv"
+    (a / part).write_text((b / part).read_text())  # a's only part now holds seed 7's rows
+    capsys.readouterr()  # the progress bars
+    assert report_main(["merge", str(a)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {part} holds rows of another protocol") and len(err.splitlines()) == 1
+    assert RunRecord.read(a).fingerprint() in err and not (a / "certify.tsv").exists()
+
+
 def test_a_run_from_before_the_fingerprint_resumes_in_its_format(trained_digits, digits_reference, tmp_path):
     """Catches: rows without the ``protocol`` column (an earlier version's) refused on resume, appended to
     with the column, or finished by parts in the new format that no longer merge with them; their rows are
