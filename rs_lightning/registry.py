@@ -8,12 +8,19 @@ None, booleans, integers, finite floats, strings, and lists or string-keyed mapp
 that starts with ``_`` (Hydra's ``_target_``, ``_args_``, ``_partial_`` ...). Nothing named in the file is
 imported, looked up as an attribute or called except a registered class's constructor, so a config in a
 downloaded checkpoint cannot run code, whatever strings it holds.
+
+A user's own classes join a registry through a Python entry-point group (the Python packaging
+specification's entry points; ``[project.entry-points."rs_lightning.models"]`` in the user package's
+``pyproject.toml``, ``mynet = "mypkg.nets:MyNet"``). Installing the package is the user's act of trust: a
+config may then name ``mypkg.nets.MyNet``, and only then is ``mypkg.nets`` imported. A name no installed
+package registered imports nothing.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 from rs_lightning.validation import ConfigError
@@ -63,27 +70,82 @@ class Registry:
         base: every class must subclass it.
         classes: the registered classes; each is known by its dotted name ``module.QualName``.
         aliases: further names for registered classes (names older checkpoints recorded).
+        entry_points: the entry-point group through which installed packages register more classes
+            (each entry point ``name = "module:QualName"``, known by the dotted name ``module.QualName``
+            and by the class's own); loaded, importing its module, only when a config names it.
     """
 
     def __init__(
-        self, kind: str, base: type, classes: list[type], aliases: Mapping[str, type] | None = None
+        self,
+        kind: str,
+        base: type,
+        classes: list[type],
+        aliases: Mapping[str, type] | None = None,
+        entry_points: str | None = None,
     ) -> None:
-        self.kind, self.base = kind, base
+        self.kind, self.base, self.group = kind, base, entry_points
         self.classes: dict[str, type] = {dotted_name(c): c for c in classes}
         self.classes.update(aliases or {})
         for name, cls in self.classes.items():
             if not (isinstance(cls, type) and issubclass(cls, base)):
                 raise TypeError(f"registry of {kind}s: {name} is not a subclass of {base.__name__}")
 
+    def installed(self) -> dict[str, metadata.EntryPoint]:
+        """The entry points installed packages registered in this registry's group, by dotted name; none
+        is loaded."""
+        if self.group is None:
+            return {}
+        found = {}
+        for entry in metadata.entry_points(group=self.group):
+            module, _, attr = entry.value.partition(":")
+            found[f"{module.strip()}.{attr.strip()}" if attr else module.strip()] = entry
+        return found
+
+    def _load_installed(self, name: str, key: str) -> type | None:
+        """The class an installed package registered as ``name`` (importing its module), or None."""
+        entry = self.installed().get(name)
+        if entry is None:
+            return None
+        try:
+            cls = entry.load()
+        except Exception as err:  # noqa: BLE001 (the user's package: any failure is one line)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise RegistryError(
+                f"{key}.{TARGET}={name!r}: the entry point {entry.name} = {entry.value!r} of the group "
+                f"{self.group!r} does not load ({type(err).__name__}: {first})"
+            ) from err
+        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+            raise RegistryError(
+                f"{key}.{TARGET}={name!r}: the entry point {entry.name} = {entry.value!r} of the group "
+                f"{self.group!r} is not a subclass of {self.base.__module__}.{self.base.__qualname__}"
+            )
+        self.classes[name] = self.classes[dotted_name(cls)] = cls
+        return cls
+
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.classes
+        return isinstance(name, str) and (name in self.classes or name in self.installed())
 
     def lookup(self, name: Any, key: str) -> type:
-        """The class registered as ``name``; a RegistryError listing the registered names otherwise."""
-        if name not in self:
-            known = ", ".join(sorted(n for n, c in self.classes.items() if n == dotted_name(c)))
-            raise RegistryError(f"{key}.{TARGET}={name!r} is not a registered {self.kind} (one of {known})")
-        return self.classes[name]
+        """The class registered as ``name`` (by this project or an installed package's entry point); a
+        RegistryError listing the registered names and saying how to register a class otherwise."""
+        if name in self.classes:
+            return self.classes[name]
+        cls = self._load_installed(name, key) if isinstance(name, str) else None
+        if cls is None:
+            known = sorted(
+                {n for n, c in self.classes.items() if n == dotted_name(c)} | set(self.installed())
+            )
+            how = (
+                f"; a class of your own: register it under the entry-point group {self.group!r} of an "
+                f'installed package (pyproject.toml: [project.entry-points."{self.group}"] '
+                f'name = "yourpkg.module:YourClass"; then pip install it)'
+                if self.group
+                else ""
+            )
+            raise RegistryError(
+                f"{key}.{TARGET}={name!r} is not a registered {self.kind} (one of {', '.join(known)}){how}"
+            )
+        return cls
 
     def build(self, config: Any, key: str, **kwargs: Any) -> Any:
         """``cls(**arguments, **kwargs)`` for the registered class ``config["_target_"]``, after checking that

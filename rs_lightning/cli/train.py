@@ -36,6 +36,7 @@ from rs_lightning.models.checkpoint import (
     check_training_checkpoint,
 )
 from rs_lightning.models.registry import MODELS
+from rs_lightning.models.weights import WEIGHTS_KEY, architecture, load_weights
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
 
 from .common import check_trainer_config, plain, require_writable_dir
@@ -48,11 +49,21 @@ def validate_train_config(cfg: DictConfig) -> None:
     for key, registry in (("model", MODELS), ("data", DATA_MODULES)):
         target = cfg[key].get("_target_")
         if target not in registry:
+            where = (
+                f"register it under the entry-point group {registry.group!r} of an installed package "
+                "(docs/training.md, \"Your own model\")" if registry.group
+                else f"add the class to rs_lightning/{key}/registry.py"
+            )  # fmt: skip
             raise ConfigError(
                 f"{key}._target_", target, f"a registered {registry.kind}",
-                f"certify.py rebuilds checkpoints only from registered classes; add the class to "
-                f"rs_lightning/{'models' if key == 'model' else 'data'}/registry.py",
+                f"certify.py rebuilds checkpoints only from registered classes; {where}",
             )  # fmt: skip
+    weights = cfg.model.get(WEIGHTS_KEY)
+    if weights is not None and not Path(str(weights)).is_file():
+        raise ConfigError(
+            f"model.{WEIGHTS_KEY}", str(weights), "an existing weights file",
+            "a local .safetensors file or .pt/.pth state dict (no hub is contacted)",
+        )  # fmt: skip
     require_positive("sigma", cfg.sigma)
     _check_noise(cfg)
     require_share("on_nonfinite_loss_max_share", cfg.get("on_nonfinite_loss_max_share", 0.1))
@@ -233,11 +244,15 @@ def build_method(cfg: DictConfig, datamodule) -> pl.LightningModule:
     after a build on the meta device shows that its training state fits in memory."""
     from rs_lightning.models.size import require_trainable_size, training_device
 
-    def build():
-        return instantiate(cfg.model, input_shape=datamodule.input_shape, num_classes=datamodule.num_classes)
+    config = architecture(plain(cfg.model))
 
-    require_trainable_size(build, "model", plain(cfg.model), training_device(cfg.trainer))
+    def build():
+        return instantiate(config, input_shape=datamodule.input_shape, num_classes=datamodule.num_classes)
+
+    require_trainable_size(build, "model", config, training_device(cfg.trainer))
     net = build()
+    if cfg.model.get(WEIGHTS_KEY) is not None:
+        load_weights(net, cfg.model[WEIGHTS_KEY], f"model.{WEIGHTS_KEY}")
     return instantiate(
         cfg.method,
         model=build_classifier(net, datamodule.mean, datamodule.std),

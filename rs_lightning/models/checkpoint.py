@@ -27,6 +27,7 @@ from rs_lightning.validation import ConfigError, unreadable_format
 
 from .normalize import Normalize, build_classifier
 from .registry import MODELS
+from .weights import architecture
 
 CHECKPOINT_KEY = "rs_lightning"
 """Key of the metadata dict (:class:`CheckpointMeta`) in every checkpoint."""
@@ -54,6 +55,8 @@ def build_model(config: Any, input_shape, num_classes: int, source: str) -> nn.M
     """The registered architecture ``config`` names (:data:`~rs_lightning.models.registry.MODELS`) with its
     plain arguments; a CheckpointError naming ``source`` (the file) otherwise."""
     try:
+        if isinstance(config, Mapping):  # where the weights began: the file's state dict holds them now
+            config = architecture(config)
         return MODELS.build(config, "model", input_shape=tuple(input_shape), num_classes=int(num_classes))
     except RegistryError as err:
         raise CheckpointError(f"{source}: {err}") from err

@@ -222,7 +222,9 @@ def test_a_checkpoint_cannot_make_certify_download_data(trained_digits, tmp_path
 
 def test_train_refuses_an_unregistered_class_before_any_work(tmp_path):
     done = run_script("train.py", "model._target_=torch.nn.Identity", f"hydra.run.dir={tmp_path}")
-    assert_one_line_error(done, "model._target_='torch.nn.Identity'", "rs_lightning/models/registry.py")
+    assert_one_line_error(
+        done, "model._target_='torch.nn.Identity'", "entry-point group 'rs_lightning.models'"
+    )
     assert not (tmp_path / "checkpoints").exists()
 
 

@@ -1,0 +1,1 @@
+"""A user's own architectures (test package)."""
