@@ -17,7 +17,20 @@ from rs_lightning.validation import ConfigError
 from ._shape import chw
 
 
-class TimmModel(nn.Module):
+class _LibraryModel(nn.Module):
+    """A library's network as the attribute ``net``, where a state dict of the library's model loads."""
+
+    net: nn.Module
+
+    def weights_module(self) -> nn.Module:
+        """Where a state dict of the library's model loads (``model.weights``)."""
+        return self.net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class TimmModel(_LibraryModel):
     """``timm.create_model(name, pretrained=False, num_classes=…, in_chans=C, **options)``.
 
     Args:
@@ -49,15 +62,8 @@ class TimmModel(nn.Module):
             str(name), pretrained=False, num_classes=int(num_classes), in_chans=c, **dict(options or {})
         )
 
-    def weights_module(self) -> nn.Module:
-        """Where a state dict of the library's model loads (``model.weights``)."""
-        return self.net
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-class TorchvisionModel(nn.Module):
+class TorchvisionModel(_LibraryModel):
     """``torchvision.models.get_model(name, weights=None, num_classes=…, **options)``. Torchvision's
     classifiers take 3 channels: a 1-channel input (MNIST) is repeated to 3, other channel counts are
     refused.
@@ -93,10 +99,6 @@ class TorchvisionModel(nn.Module):
         self.net = models.get_model(
             str(name), weights=None, num_classes=int(num_classes), **dict(options or {})
         )
-
-    def weights_module(self) -> nn.Module:
-        """Where a state dict of the library's model loads (``model.weights``)."""
-        return self.net
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x.expand(-1, 3, -1, -1) if self.repeat == 3 else x)
