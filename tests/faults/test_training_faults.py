@@ -471,6 +471,26 @@ def test_a_signal_mid_step_checkpoints_that_step_and_the_resume_equals_a_straigh
     assert validated == ["0", "1", "2"]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: a mid-epoch resume takes the straight run's steps but ends with other weights; "
+    "the likely cause, not yet confirmed: the rest of that epoch's batches come in another order (the "
+    "shuffle draws from the global RNG restored at the checkpoint, the loader is not fast-forwarded)",
+)
+def test_a_mid_epoch_sigterm_resume_has_the_straight_runs_weights(tmp_path):
+    """The bit-for-bit half of the resume contract for a checkpoint taken mid-epoch (kill -9 resumes from an
+    epoch end are bit-identical: test_kill_9_mid_epoch_then_resume_equals_an_uninterrupted_run)."""
+    overrides = ["optim.max_epochs=2", "data.batch_size=64", *QUIET]
+    with pytest.raises(SystemExit):
+        train(
+            train_config(tmp_path / "stopped", overrides),
+            extra_callbacks=[SignalAfterStep(30, signal.SIGTERM)],
+        )
+    resumed = train(train_config(tmp_path / "stopped", [*overrides, "ckpt_path=last"]))
+    straight = train(train_config(tmp_path / "straight", overrides))
+    assert_same_weights(straight["checkpoint"], resumed["checkpoint"])
+
+
 def test_a_signal_at_an_epoch_end_resumes_exactly_too(tmp_path):
     """A signal in the last step of an epoch: Lightning resumes a checkpoint taken there without that epoch's
     validation (caught: the resumed run lacked epoch 0's validation row), so the stop comes one step later
