@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
+import warnings
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from rs_lightning.validation import ConfigError
 
@@ -44,6 +45,41 @@ class IndexedDataset(Dataset):
     def __getitem__(self, i: int):
         x, y = self.dataset[i]
         return x, y, i
+
+
+class EpochShuffle(RandomSampler):
+    """The training shuffle, able to replay a pass from a point inside it.
+
+    Each pass draws its seed from the global torch RNG exactly as torch's :class:`RandomSampler` does (one
+    int64, then ``randperm`` from a generator seeded with it), so a run's data order is that of a plain
+    ``shuffle=True`` loader; :attr:`pass_seed` is the seed of the pass in progress. ``replay(seed, skip)``
+    makes the next pass use ``seed`` without drawing and leave out its first ``skip`` indices: a resume
+    from a checkpoint taken mid-epoch then sees the rest of that epoch's batches in the order the
+    uninterrupted run saw them (Lightning restarts a plain loader from its start)."""
+
+    def __init__(self, data_source: Dataset) -> None:
+        super().__init__(data_source)  # type: ignore[arg-type]
+        self.pass_seed: int | None = None
+        self._replay: tuple[int, int] | None = None
+
+    def replay(self, seed: int, skip: int) -> None:
+        self._replay = (int(seed), int(skip))
+
+    def __iter__(self):
+        if self._replay is not None:
+            (seed, skip), self._replay = self._replay, None
+        else:
+            seed, skip = int(torch.empty((), dtype=torch.int64).random_().item()), 0
+        self.pass_seed = seed
+        self.generator = torch.Generator()
+        self.generator.manual_seed(seed)
+        try:
+            indices = super().__iter__()
+            for _ in range(skip):
+                next(indices, None)
+            yield from indices
+        finally:
+            self.generator = None
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -100,6 +136,8 @@ class RSDataModule(pl.LightningDataModule):
         self.train_sampler: Sampler | None = None
         """If set (by a method that resamples its data, e.g. ACR gaming), the training loader draws its
         indices from it instead of shuffling."""
+        self._shuffle: EpochShuffle | None = None
+        self._resume_pass: dict[str, int] | None = None
 
     def _load(self) -> dict[str, Dataset]:
         raise NotImplementedError
@@ -141,35 +179,87 @@ class RSDataModule(pl.LightningDataModule):
         return self._datasets[split]
 
     def _loader(
-        self, dataset: Dataset, batch_size: int, shuffle: bool, sampler: Sampler | None = None
+        self,
+        dataset: Dataset,
+        batch_size: int,
+        sampler: Sampler | None = None,
+        generator: torch.Generator | None = None,
     ) -> DataLoader:
         return DataLoader(
             dataset,
             batch_size=batch_size,
-            shuffle=shuffle and sampler is None,
             sampler=sampler,
             drop_last=False,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             pin_memory=torch.cuda.is_available(),
             worker_init_fn=worker_init if self.num_workers > 0 else None,
+            generator=generator,
         )
 
     def train_dataloader(self) -> DataLoader:
+        """Shuffled by :class:`EpochShuffle` (or by :attr:`train_sampler`). A resume from a mid-epoch
+        checkpoint (:meth:`load_state_dict`) replays that epoch's order past the batches already trained,
+        and the loader's worker base seed comes from its own generator instead of the global RNG, which
+        the checkpoint restored to where the uninterrupted run had already drawn it."""
         dataset = self.dataset("train")
-        return self._loader(
-            IndexedDataset(dataset) if self.train_with_index else dataset,
-            self.batch_size,
-            True,
-            sampler=self.train_sampler,
-        )
+        if self.train_with_index:
+            dataset = IndexedDataset(dataset)
+        self._shuffle, generator = None, None
+        sampler = self.train_sampler
+        if sampler is None:
+            sampler = self._shuffle = EpochShuffle(dataset)
+            resume, self._resume_pass = self._resume_pass, None
+            if resume is not None:
+                self._shuffle.replay(resume["seed"], resume["batches_done"] * self.batch_size)
+                generator = torch.Generator()
+                generator.manual_seed(resume["seed"])
+        return self._loader(dataset, self.batch_size, sampler=sampler, generator=generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in every checkpoint (Lightning stores it under the class's name): for a checkpoint taken
+        inside an epoch (an interrupt, ``every_n_train_steps``), the epoch's shuffle seed and the batches
+        trained, so a resume goes on with the same batches (:meth:`train_dataloader`); empty at an epoch's
+        end, or when the order is not :class:`EpochShuffle`'s (a method's :attr:`train_sampler`)."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None or trainer.state.fn != "fit" or self._shuffle is None:
+            return {}
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        if self._shuffle.pass_seed is None or not 0 < done < trainer.num_training_batches:
+            return {}
+        return {
+            "train_pass_seed": self._shuffle.pass_seed,
+            "train_batches_done": int(done),
+            "train_batch_size": self.batch_size,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Takes :meth:`state_dict`'s mid-epoch position for the next :meth:`train_dataloader`; refuses
+        (ConfigError) a resume that changed the batch size inside an epoch."""
+        if not state_dict:
+            return
+        values = [state_dict.get(k) for k in ("train_pass_seed", "train_batches_done", "train_batch_size")]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values) or values[1] < 0:
+            raise ConfigError(
+                "ckpt_path", "the checkpoint", "a checkpoint written by train.py",
+                f"its data position {state_dict!r} is not three integers",
+            )  # fmt: skip
+        seed, done, batch_size = values
+        if batch_size != self.batch_size:
+            raise ConfigError(
+                "data.batch_size", self.batch_size, f"{batch_size}, the batch size of the checkpoint",
+                "it was taken inside an epoch, which goes on with the same batches",
+            )  # fmt: skip
+        self._resume_pass = {"seed": seed, "batches_done": done}
+        # Lightning warns that a plain loader restarts the epoch; this one goes on where it stopped
+        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
 
     def val_dataloader(self) -> DataLoader:
         """The test split, unshuffled (Cohen et al. validate on the test set)."""
-        return self._loader(self.dataset("test"), self.val_batch_size, shuffle=False)
+        return self._loader(self.dataset("test"), self.val_batch_size)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.dataset("test"), self.val_batch_size, shuffle=False)
+        return self._loader(self.dataset("test"), self.val_batch_size)
 
     def describe(self) -> dict[str, Any]:
         """JSON-able description recorded in result files (subclasses add root/path/source)."""

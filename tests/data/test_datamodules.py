@@ -308,3 +308,48 @@ def test_data_configs_instantiate(name, cls, workers):
     dm = instantiate(cfg.data)  # constructing never touches the disk
     assert isinstance(dm, cls) and isinstance(dm, RSDataModule)
     assert (dm.batch_size, dm.val_batch_size, dm.num_workers) == (32, 32, workers)
+
+
+# ---------------------------------------------------------------- the training shuffle
+
+
+def test_the_training_shuffle_is_torchs_and_replays_the_rest_of_a_pass():
+    """Catches: a shuffle that changed every existing run's data order (each pass must draw its seed from
+    the global RNG as torch's RandomSampler does, so the same global seed gives the same batches), a
+    replay that skips the wrong number of indices or draws a seed (the global RNG, restored by the
+    checkpoint, must not move), and a replay that sticks to later passes (each must draw its own seed)."""
+    from torch.utils.data import RandomSampler
+
+    from rs_lightning.data.base import EpochShuffle
+
+    data = list(range(50))
+    torch.manual_seed(3)
+    plain = [list(RandomSampler(data)) for _ in range(2)]
+    torch.manual_seed(3)
+    shuffle = EpochShuffle(data)
+    first = list(shuffle)
+    seed = shuffle.pass_seed
+    assert [first, list(shuffle)] == plain and plain[0] != plain[1]
+    shuffle.replay(seed, 17)
+    before = torch.random.get_rng_state()
+    assert list(shuffle) == plain[0][17:]
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert list(shuffle) != plain[0][17:] and sorted(list(shuffle)) == data
+
+
+def test_the_mid_epoch_position_round_trips_and_refuses_a_changed_batch_size():
+    """Catches: a data position lost between save and load, a malformed one accepted, and a resume that
+    would replay the epoch with another batch size (the skipped count would be wrong)."""
+    dm = DigitsDataModule(batch_size=64)
+    assert dm.state_dict() == {}  # outside a fit: nothing to record
+    dm.load_state_dict({"train_pass_seed": 5, "train_batches_done": 3, "train_batch_size": 64})
+    loader = dm.train_dataloader()
+    expected = list(torch.randperm(len(dm.dataset("train")), generator=torch.Generator().manual_seed(5)))
+    assert list(loader.sampler) == [int(i) for i in expected[3 * 64 :]]
+    assert len(list(dm.train_dataloader().sampler)) == len(dm.dataset("train"))  # the replay is used once
+    with pytest.raises(ValueError, match="data.batch_size=32 is invalid"):
+        DigitsDataModule(batch_size=32).load_state_dict(
+            {"train_pass_seed": 5, "train_batches_done": 3, "train_batch_size": 64}
+        )
+    with pytest.raises(ValueError, match="not three integers"):
+        dm.load_state_dict({"train_pass_seed": "5", "train_batches_done": 3, "train_batch_size": 64})
