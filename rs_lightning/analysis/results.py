@@ -477,6 +477,7 @@ class RunRecord:
     data: dict | None = None  # the data module's describe()
     dim: int | None = None  # input coordinates d = C*H*W
     pipeline: dict | None = None  # a randomized pipeline's settings (ARS)
+    denoiser: dict | None = None  # denoised smoothing: the denoiser, its sigma and objective (f∘D)
     checkpoint_format: str | None = None  # a published checkpoint's layout
     radius_step: float | None = None
     auto: dict | None = None  # precision=auto / channels_last=auto: the choice and its timings

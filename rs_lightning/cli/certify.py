@@ -391,6 +391,7 @@ def plan_run(cfg: DictConfig) -> CertificationPlan:
         data=datamodule.describe(),
         dim=dim,
         pipeline=meta.pipeline,
+        denoiser=meta.denoiser,
         checkpoint_format=meta.checkpoint_format,
         radius_step=None if cfg.radius_step is None else float(cfg.radius_step),
         auto=auto,

@@ -279,6 +279,7 @@ def _train(cfg: DictConfig, extra_callbacks: list[pl.Callback] | None) -> dict:
     method = build_method(cfg, datamodule)
     method.metadata = checkpoint_metadata(cfg, datamodule)  # not via instantiate: it holds _target_ strings
     datamodule.train_with_index = method.needs_sample_index
+    method.prepare(tuple(datamodule.input_shape), resuming=ckpt_path is not None)
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks += extra_callbacks or []
     loggers = build_loggers(cfg, resumed)

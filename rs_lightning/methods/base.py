@@ -364,8 +364,18 @@ class SmoothingMethod(pl.LightningModule):
         self.log("val/acc_noisy", self.val_acc_noisy, prog_bar=True, on_epoch=True, batch_size=len(x))
         self.log("val/loss", self.val_loss, on_epoch=True, batch_size=len(x))
 
+    def prepare(self, input_shape: tuple[int, ...], resuming: bool) -> None:
+        """Called by train.py before the trainer exists: build and load what the method reads from files
+        (``input_shape`` is the data's (C, H, W); ``resuming``: the checkpoint restores the weights), so that
+        a bad file is a one-line error before any work. Nothing by default."""
+
+    def trained_parameters(self):
+        """The parameters the optimizer steps: all of the module's, or a method's own part (a frozen
+        classifier's are left out)."""
+        return self.parameters()
+
     def configure_optimizers(self):
-        optimizer = self.optimizer_factory(params=self.parameters())
+        optimizer = self.optimizer_factory(params=self.trained_parameters())
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer=optimizer)

@@ -32,12 +32,14 @@ from .weights import architecture
 CHECKPOINT_KEY = "rs_lightning"
 """Key of the metadata dict (:class:`CheckpointMeta`) in every checkpoint."""
 
-CHECKPOINT_FORMAT = 1
-"""Version of the metadata, its ``format`` key. Readable: 1, what train.py has written from the start (those
-written before ``noise=`` existed lack ``noise``: Gaussian), and untagged metadata (0, built by hand or by
-another tool), read like 1."""
+CHECKPOINT_FORMAT = 2
+"""Newest version of the metadata, its ``format`` key. Readable: 2, a checkpoint of denoised smoothing
+(``denoiser`` set: a version that cannot build the denoiser refuses the file instead of certifying the bare
+classifier under its name); 1, what train.py writes otherwise, as from the start (those written before
+``noise=`` existed lack ``noise``: Gaussian); and untagged metadata (0, built by hand or by another tool),
+read like 1."""
 
-_OPTIONAL = ("wandb_run_id", "pipeline", "checkpoint_format", "arch", "normalization", "epoch")
+_OPTIONAL = ("wandb_run_id", "pipeline", "checkpoint_format", "arch", "normalization", "epoch", "denoiser")
 """Fields stored only when set."""
 
 
@@ -58,6 +60,17 @@ def build_model(config: Any, input_shape, num_classes: int, source: str) -> nn.M
         if isinstance(config, Mapping):  # where the weights began: the file's state dict holds them now
             config = architecture(config)
         return MODELS.build(config, "model", input_shape=tuple(input_shape), num_classes=int(num_classes))
+    except RegistryError as err:
+        raise CheckpointError(f"{source}: {err}") from err
+
+
+def build_denoiser(config: Any, input_shape, source: str) -> nn.Module:
+    """The registered denoiser ``config`` names (:data:`~rs_lightning.models.registry.DENOISERS`) for images
+    of ``input_shape``; a CheckpointError naming ``source`` otherwise."""
+    from .registry import DENOISERS
+
+    try:
+        return DENOISERS.build(config, "denoiser.model", input_shape=tuple(input_shape))
     except RegistryError as err:
         raise CheckpointError(f"{source}: {err}") from err
 
@@ -97,12 +110,14 @@ class CheckpointMeta:
     arch: str | None = None  # the file's (or the recognized) architecture,
     normalization: str | None = None  # its normalization layer
     epoch: int | None = None  # and its epoch
+    denoiser: dict | None = None  # denoised smoothing: {"model": D's config, "sigma": D's σ, ...}
 
     def to_dict(self) -> dict:
-        """The stored form: ``format``, then every field (those of :data:`_OPTIONAL` only when set)."""
+        """The stored form: ``format`` (2 with a denoiser, else 1), then every field (those of
+        :data:`_OPTIONAL` only when set)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         kept = {k: v for k, v in values.items() if v is not None or k not in _OPTIONAL}
-        return {"format": CHECKPOINT_FORMAT} | kept
+        return {"format": 2 if self.denoiser is not None else 1} | kept
 
     @classmethod
     def from_dict(cls, values: Mapping) -> CheckpointMeta:
@@ -211,10 +226,18 @@ def _check_metadata(meta: Any, source: str | os.PathLike) -> None:
             raise refuse(f"{name}={values!r} holds a non-finite or non-numeric value")
     if std is not None and min(std) <= 0:
         raise refuse(f"std={std!r} holds a value <= 0 (normalization divides by it)")
+    denoiser = meta.get("denoiser")
+    if denoiser is not None:
+        if not (isinstance(denoiser, dict) and isinstance(denoiser.get("model"), dict)):
+            raise refuse(f"denoiser={denoiser!r} is not a mapping with the denoiser's model config")
+        if not (_is_number(denoiser.get("sigma")) and denoiser["sigma"] > 0):
+            raise refuse(f"denoiser.sigma={denoiser.get('sigma')!r} is not a finite number > 0")
+        if meta.get("pipeline") is not None:
+            raise refuse("denoiser and pipeline are both set: a checkpoint holds one or the other")
     try:
         for key in ("pipeline", "class_names"):  # model and data: checked when built (the registry)
             check_plain(key, meta.get(key))
-        for key in ("method", "optim", "seed", "checkpoint_format", "wandb_run_id", "format"):
+        for key in ("method", "optim", "seed", "checkpoint_format", "wandb_run_id", "format", "denoiser"):
             check_plain(key, meta.get(key), underscore_keys=True)  # recorded only (settings.json, labels)
     except RegistryError as err:
         raise refuse(str(err)) from err
@@ -397,11 +420,35 @@ def classifier_from_checkpoint(
         ) from err
     _require_finite({k: v for k, v in checkpoint["state_dict"].items() if k.startswith("mask.")}, path)
     _require_positive_std(model, path)
+    if meta.denoiser is not None:  # denoised smoothing: f(D(x)), D's weights under denoiser.*
+        model = denoised_from_checkpoint(model, checkpoint, meta, path)
     return model.to(map_location).eval()
+
+
+def denoiser_state(checkpoint: dict) -> dict[str, torch.Tensor]:
+    """The denoiser's weights of a denoised-smoothing checkpoint (``denoiser.*``, prefix removed)."""
+    prefix = "denoiser."
+    return {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+
+
+def denoised_from_checkpoint(
+    classifier: nn.Module, checkpoint: dict, meta: CheckpointMeta, path: str | os.PathLike
+) -> nn.Module:
+    """``f∘D`` (:class:`~rs_lightning.models.denoisers.DenoisedClassifier`) from the checkpoint's denoiser
+    config and ``denoiser.*`` weights (shapes already compared by :func:`require_fit`)."""
+    from .denoisers import DenoisedClassifier
+
+    denoiser = build_denoiser(meta.denoiser["model"], meta.input_shape, str(path))
+    state = denoiser_state(checkpoint)
+    _require_finite(state, path)
+    denoiser.load_state_dict(state)
+    return DenoisedClassifier(denoiser, classifier)
 
 
 def _misfit(path, meta: CheckpointMeta) -> str:
     pipeline = "" if meta.pipeline is None else f", pipeline {meta.pipeline}"
+    if meta.denoiser is not None:
+        pipeline += f", denoiser {meta.denoiser['model']}"
     return (
         f"the weights in {path} do not fit the architecture {meta.model.get('_target_')} ({meta.model}, "
         f"num_classes={meta.num_classes}, input_shape={meta.input_shape}{pipeline})"
@@ -442,6 +489,9 @@ def require_fit(checkpoint: Mapping[str, Any], meta: CheckpointMeta, path: str |
             ) from err
         if mask is not None:
             expected |= {f"mask.{k}": v for k, v in mask.state_dict().items()}
+    if meta.denoiser is not None:
+        denoiser = meta_build(lambda: build_denoiser(meta.denoiser["model"], meta.input_shape, str(path)))
+        expected |= {f"denoiser.{k}": v for k, v in denoiser.state_dict().items()}
     prefixes = tuple({key.split(".", 1)[0] + "." for key in expected} | {"model."})
     for key, tensor in expected.items():
         found = file_state.get(key)

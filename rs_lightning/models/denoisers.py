@@ -57,3 +57,87 @@ class DnCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x - self.dncnn(x)
+
+
+def _block(c_in: int, c_out: int) -> nn.Sequential:
+    """Two 3×3 convolutions, each with BatchNorm and ReLU."""
+    layers: list[nn.Module] = []
+    for c in (c_in, c_out):
+        layers += [nn.Conv2d(c, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(True)]
+    return nn.Sequential(*layers)
+
+
+class DenoiserUNet(nn.Module):
+    """A small UNet denoiser (Ronneberger et al., MICCAI 2015, "U-Net"), the second architecture for
+    denoised smoothing: two 2×2 max-pool levels of widths w, 2w and a 4w bottleneck, each a block of two
+    3×3 convolutions with BatchNorm and ReLU; nearest ×2 upsampling, concatenation with the skip and a block
+    up; a 3×3 head that predicts the noise, so ``D(x) = x - R(x)`` as in DnCNN, with the head zeroed so that
+    D starts as the identity. H and W must be multiples of 4.
+
+    Args:
+        input_shape: (C, H, W) of the images it denoises.
+        width: w, the channels of the first level.
+    """
+
+    def __init__(self, *, input_shape: Sequence[int], width: int = 32) -> None:
+        super().__init__()
+        c, h, w = chw(input_shape)
+        width = int(width)
+        if width < 1:
+            raise ValueError(f"DenoiserUNet needs width >= 1, got {width}")
+        if h % 4 or w % 4:
+            raise ValueError(f"DenoiserUNet needs H and W divisible by 4 (two poolings), got {h}x{w}")
+        self.down1, self.down2 = _block(c, width), _block(width, 2 * width)
+        self.bottom = _block(2 * width, 4 * width)
+        self.up2, self.up1 = _block(6 * width, 2 * width), _block(3 * width, width)
+        self.head = nn.Conv2d(width, c, 3, padding=1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pool, up = nn.functional.max_pool2d, nn.functional.interpolate
+        a = self.down1(x)
+        b = self.down2(pool(a, 2))
+        m = self.bottom(pool(b, 2))
+        b = self.up2(torch.cat([up(m, scale_factor=2.0, mode="nearest"), b], dim=1))
+        a = self.up1(torch.cat([up(b, scale_factor=2.0, mode="nearest"), a], dim=1))
+        return x - self.head(a)
+
+
+class DenoisedClassifier(nn.Module):
+    """The base classifier of denoised smoothing, ``f(D(x))`` (Salman et al. 2020, Eq. 4): a deterministic
+    function of the noisy input like any base classifier, so every sampler, noise and certificate applies to
+    it unchanged; the radius is σ's, the σ the noisy inputs carry.
+
+    Args:
+        denoiser: D, [0,1]-space images to [0,1]-space images of the same shape.
+        classifier: f, with its normalization layer (:func:`~rs_lightning.models.normalize.build_classifier`).
+    """
+
+    def __init__(self, denoiser: nn.Module, classifier: nn.Module) -> None:
+        super().__init__()
+        self.denoiser, self.classifier = denoiser, classifier
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.denoiser(x))
+
+
+def check_denoiser_output(denoiser: nn.Module, input_shape: Sequence[int], key: str) -> None:
+    """Refuse (ConfigError naming ``key``) a denoiser whose output is not an image of ``input_shape``: f
+    reads D's output as its input. One zero image goes through D in eval mode; its mode is kept."""
+    from rs_lightning.validation import ConfigError
+
+    shape = chw(input_shape)
+    training = denoiser.training
+    try:
+        with torch.no_grad():
+            device = next((p.device for p in denoiser.parameters()), torch.device("cpu"))
+            out = denoiser.eval()(torch.zeros(1, *shape, device=device))
+    finally:
+        denoiser.train(training)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, *shape):
+        got = tuple(out.shape[1:]) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError(
+            key, type(denoiser).__name__, f"a denoiser whose output has the input's shape {shape}",
+            f"it gives {got}, which the classifier cannot read",
+        )  # fmt: skip

@@ -11,6 +11,7 @@ from rs_lightning.registry import Registry
 from .byname import TimmModel, TorchvisionModel
 from .cifar_resnet import CIFARResNet
 from .constant import ConstantClassifier
+from .denoisers import DenoiserUNet, DnCNN
 from .digits import MLP, DigitsCNN
 from .imagenet import ResNet50
 from .lenet import LeNet
@@ -25,3 +26,9 @@ MODELS = Registry(
     aliases={"rs_lightning.models.imagenet.resnet50": ResNet50},  # the name before ResNet50 was a class
     entry_points=MODEL_ENTRY_POINTS,
 )
+
+DENOISER_ENTRY_POINTS = "rs_lightning.denoisers"
+"""The entry-point group through which a user's package registers its denoisers."""
+
+DENOISERS = Registry("denoiser", nn.Module, [DnCNN, DenoiserUNet], entry_points=DENOISER_ENTRY_POINTS)
+"""The denoisers a checkpoint of denoised smoothing may name (built with ``input_shape=(C, H, W)``)."""

@@ -30,11 +30,14 @@ STORED = {
 def test_the_stored_form_round_trips_in_trainpy_order():
     meta = CheckpointMeta.from_dict(STORED)
     assert meta.to_dict() == STORED and list(meta.to_dict()) == list(STORED)
-    assert meta.training_method == "MACER" and CHECKPOINT_FORMAT == 1
+    assert meta.training_method == "MACER" and CHECKPOINT_FORMAT == 2 and STORED["format"] == 1
     assert CheckpointMeta.read({CHECKPOINT_KEY: STORED}, "x.ckpt") == meta
     pipeline = {"mode": "ars", "first_query_budget_frac": 0.5, "mask_width": 32}
     assert CheckpointMeta(pipeline=pipeline, wandb_run_id="ab12cd34").to_dict()["pipeline"] == pipeline
     assert "pipeline" not in meta.to_dict() and "wandb_run_id" not in meta.to_dict()
+    denoiser = {"model": {"_target_": "rs_lightning.models.denoisers.DnCNN"}, "sigma": 0.25}
+    assert CheckpointMeta(denoiser=denoiser).to_dict()["format"] == 2  # older versions refuse it
+    assert "denoiser" not in meta.to_dict()
 
 
 def test_older_metadata_loads():
@@ -45,7 +48,7 @@ def test_older_metadata_loads():
     assert CheckpointMeta.from_dict({"model": STORED["model"], "unknown": 1}).model == STORED["model"]
 
 
-@pytest.mark.parametrize("version", [2, -1, "1", True])
+@pytest.mark.parametrize("version", [3, -1, "1", True])
 def test_an_unknown_format_is_refused_in_one_line(version):
     needle = rf"x.ckpt has metadata format={version!r}, .* update rs-lightning"
     with pytest.raises(CheckpointError, match=needle) as raised:

@@ -34,3 +34,19 @@ def test_dncnn_learns_the_residual_and_starts_as_the_identity():
 def test_dncnn_refuses_a_depth_below_two():
     with pytest.raises(ValueError, match="depth >= 2"):
         DnCNN(input_shape=(1, 8, 8), depth=1)
+
+
+def test_the_unet_denoiser_keeps_the_shape_starts_as_the_identity_and_needs_two_poolings():
+    """Catches: a skip connection lost or mis-sized (the output shape or the concatenation breaks), a head
+    that is not zeroed (a fresh UNet must pass the image through unchanged) and an image size the two
+    poolings cannot halve twice accepted until the first batch."""
+    from rs_lightning.models.denoisers import DenoiserUNet
+
+    net = DenoiserUNet(input_shape=(3, 32, 32), width=8).eval()
+    x = torch.rand(2, 3, 32, 32)
+    assert torch.equal(net(x), x)
+    torch.nn.init.normal_(net.head.weight)
+    assert net(x).shape == x.shape and not torch.allclose(net(x), x)
+    assert DenoiserUNet(input_shape=(1, 28, 28), width=4)(torch.rand(1, 1, 28, 28)).shape == (1, 1, 28, 28)
+    with pytest.raises(ValueError, match="divisible by 4"):
+        DenoiserUNet(input_shape=(1, 30, 30))
