@@ -75,7 +75,15 @@ def inputs_digest(dataset, indices) -> str:
 
 
 def resolve_sigma(cfg: DictConfig, train_sigma: float) -> float:
-    """The checkpoint's sigma, unless ``sigma=`` is given together with ``override_sigma=true``."""
+    """The checkpoint's sigma, unless ``sigma=`` is given together with ``override_sigma=true``; ``sigma=``
+    for a checkpoint trained without noise (``train_sigma`` None, ``method=clean``)."""
+    if train_sigma is None:
+        if cfg.sigma is None:
+            raise ConfigError(
+                "sigma", None, "the noise level to certify at",
+                "the checkpoint's classifier was trained without noise (method=clean); pass e.g. sigma=0.25",
+            )  # fmt: skip
+        return float(cfg.sigma)
     if cfg.sigma is None or float(cfg.sigma) == float(train_sigma):
         return float(train_sigma)
     if not cfg.override_sigma:

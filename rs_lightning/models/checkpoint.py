@@ -103,7 +103,7 @@ class CheckpointMeta:
     std: list[float] | None = None
     seed: int | None = None
     wandb_run_id: str | None = None
-    sigma: float | None = None  # None: a published or parameter-free model, certified at sigma=
+    sigma: float | None = None  # None: a published, parameter-free or noise-free model, certified at sigma=
     noise: str = "gaussian"  # absent: trained before noises existed
     pipeline: dict | None = None  # ARS: the randomized pipeline around the classifier
     checkpoint_format: str | None = None  # published checkpoints: the repository's layout,
@@ -207,9 +207,11 @@ def _check_metadata(meta: Any, source: str | os.PathLike) -> None:
         raise refuse(f"input_shape={shape!r} is not (C, H, W) of positive integers")
     if not _is_count(meta.get("num_classes")):
         raise refuse(f"num_classes={meta.get('num_classes')!r} is not an integer >= 1")
-    sigma = meta.get("sigma")
-    if not (_is_number(sigma) and sigma > 0):
-        raise refuse(f"sigma={sigma!r} is not a finite number > 0")
+    sigma = meta.get("sigma")  # None: trained without noise (method=clean); certify.py then needs sigma=
+    if not (sigma is None or (_is_number(sigma) and sigma > 0)):
+        raise refuse(f"sigma={sigma!r} is not a finite number > 0 (or null: trained without noise)")
+    if sigma is None and meta.get("pipeline") is not None:
+        raise refuse("sigma=None with a pipeline: its accounting needs the sigma it was trained at")
     if meta.get("noise", "gaussian") not in NOISES:  # absent: trained before noises existed, Gaussian
         raise refuse(f"noise={meta.get('noise')!r} is not one of {', '.join(NOISES)}")
     if meta.get("pipeline") is not None and not isinstance(meta["pipeline"], dict):
@@ -230,8 +232,8 @@ def _check_metadata(meta: Any, source: str | os.PathLike) -> None:
     if denoiser is not None:
         if not (isinstance(denoiser, dict) and isinstance(denoiser.get("model"), dict)):
             raise refuse(f"denoiser={denoiser!r} is not a mapping with the denoiser's model config")
-        if not (_is_number(denoiser.get("sigma")) and denoiser["sigma"] > 0):
-            raise refuse(f"denoiser.sigma={denoiser.get('sigma')!r} is not a finite number > 0")
+        if not (_is_number(denoiser.get("sigma")) and denoiser["sigma"] == sigma):
+            raise refuse(f"denoiser.sigma={denoiser.get('sigma')!r} is not the checkpoint's sigma={sigma!r}")
         if meta.get("pipeline") is not None:
             raise refuse("denoiser and pipeline are both set: a checkpoint holds one or the other")
     try:

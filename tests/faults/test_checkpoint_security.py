@@ -169,7 +169,7 @@ def test_arguments_must_be_plain_values_the_class_accepts(trained_digits, tmp_pa
         ({"pipeline": {"mode": "ars", "mask_width": {"_target_": "os.system"}}}, "_target_"),
         ({"pipeline": {"mode": "nonsense"}}, "pipeline"),
         ({"pipeline": "ars"}, "pipeline='ars' is not a mapping"),
-        ({"sigma": None}, "sigma=None"),
+        ({"sigma": None, "pipeline": {"mode": "ars"}}, "sigma=None with a pipeline"),
         ({"seed": [torch.zeros(2)]}, "seed[0] is a Tensor"),
     ],
 )

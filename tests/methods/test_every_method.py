@@ -17,6 +17,7 @@ ACR_GAMING = {"ds_epoch": 0, "discard_threshold": 0.0, "discard_samples": 4, "nu
 # method -> (overrides that keep 30 steps on 32 digits quick, scalars its training step logs)
 METHODS = {
     "gaussian": ([], set()),
+    "clean": ([], set()),
     "consistency": (
         ["method.num_noise_vec=2", "method.lbd=10"],
         {"train/consistency_ce", "train/consistency_kl", "train/consistency_entropy"},

@@ -78,7 +78,7 @@ def test_train_refuses_an_unregistered_class_saying_how_to_register(tmp_path):
 @pytest.mark.parametrize(
     "name",
     [
-        "gaussian", "consistency", "macer", "smoothadv", "smoothmix", "catrs",
+        "gaussian", "clean", "consistency", "macer", "smoothadv", "smoothmix", "catrs",
         "acr_gaming", "discard_hard", "reweight", "sphere_attack",
     ],
 )  # fmt: skip
