@@ -36,6 +36,7 @@ from rs_lightning.data.subset import parse_shard, subset_indices
 from rs_lightning.interrupts import Interrupted, launcher_passes_signals_on, stop_at_once_on_signals
 from rs_lightning.models.checkpoint import (
     CheckpointMeta,
+    build_denoiser,
     classifier_from_checkpoint,
     read_checkpoint,
     require_fit,
@@ -358,6 +359,36 @@ def resume_command(out: Path) -> str:
     return shlex.join(["python", "certify.py", *kept, f"output_dir={out}"])
 
 
+def with_diffusion(cfg: DictConfig, model, meta: CheckpointMeta, sigma: float, device: torch.device):
+    """``diffusion=FOLDER``: ``(f∘D, metadata recording D)``, with D the one-shot denoising of the diffusers
+    DDPM in FOLDER (:mod:`rs_lightning.models.diffusion`) in front of the checkpoint's classifier f; D's
+    timestep follows the certification sigma. ``(model, meta)`` unchanged without it."""
+    from rs_lightning.models.denoisers import DenoisedClassifier
+    from rs_lightning.models.diffusion import diffusers_config, load_diffusers_weights
+
+    folder = cfg.get("diffusion")
+    if folder is None:
+        return model, meta
+    if meta.denoiser is not None or meta.pipeline is not None:
+        raise ConfigError(
+            "diffusion", folder, "null for this checkpoint", "it already holds a denoiser or a pipeline"
+        )
+    try:
+        config = diffusers_config(folder)
+        denoiser = build_denoiser(config, meta.input_shape, str(folder))
+        load_diffusers_weights(denoiser, folder)
+    except (ValueError, ImportError) as err:
+        raise ConfigError(
+            "diffusion", folder, "a diffusers UNet2DModel folder (config.json and its safetensors weights)",
+            " ".join(str(err).split()),
+        ) from err  # fmt: skip
+    weights = next(Path(folder).glob("**/diffusion_pytorch_model.safetensors"))
+    record = {"model": config, "sigma": sigma, "objective": None, "diffusers": str(Path(folder).resolve()),
+              "diffusers_sha256": file_sha256(weights)}  # fmt: skip
+    model = DenoisedClassifier(denoiser.to(device).eval(), model)
+    return model, dataclasses.replace(meta, denoiser=record)
+
+
 def plan_run(cfg: DictConfig) -> CertificationPlan:
     """The run a ``certify.py`` config asks for, validated and resolved before any certification: the
     spec, the model (loaded, on its device), the inputs, the output folder and its record, and the
@@ -373,12 +404,15 @@ def plan_run(cfg: DictConfig) -> CertificationPlan:
     check_precision_supported(spec.precision, device)
     checkpoint = None if cfg.checkpoint is None else Path(cfg.checkpoint)
     model, meta, datamodule, sigma = load_model_and_data(cfg, checkpoint, device)
+    model, meta = with_diffusion(cfg, model, meta, sigma, device)
     spec = resolve_norm(cfg, spec.with_sigma(sigma), model, meta)
     dim = math.prod(datamodule.input_shape)
     check_iss_decline(spec, dim)
     spec = resolve_grid(spec, dim)  # sampling=sequential: stored resolved
     if pipeline_of(model) is not None:
         pipeline_of(model).sigma = sigma  # the pipeline's accounting holds at any sigma
+    if hasattr(getattr(model, "denoiser", None), "sigma"):
+        model.denoiser.sigma = sigma  # a diffusion denoiser picks its timestep by the inputs' noise level
     dataset = datamodule.dataset(spec.split)
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
     spec, auto = resolve_auto(cfg, spec, model, dataset[indices[0]][0], out, device, int(meta.num_classes))

@@ -7,7 +7,9 @@ The three objectives, on x + δ with δ the training noise at σ:
 
 - ``mse``: ‖D(x+δ) − x‖², the mean over pixels (their ``denoising``, ``MSELoss``);
 - ``stability``: CE(f(D(x+δ)), argmax f(x)) (Eq. 5), needing no labels;
-- ``classification``: CE(f(D(x+δ)), y).
+- ``classification``: CE(f(D(x+δ)), y);
+- ``ddpm``: the DDPM loss of a :class:`~rs_lightning.models.diffusion.DiffusionDenoiser` over all timesteps
+  (Ho et al., NeurIPS 2020), for one-shot diffusion denoising (Carlini et al., ICLR 2023); f is not used.
 
 As in the paper, stability and classification start from an MSE-trained denoiser
 (``denoiser_checkpoint``, their ``--pretrained-denoiser``). f stays frozen in eval mode (their
@@ -42,7 +44,7 @@ from rs_lightning.validation import ConfigError
 
 from .base import SmoothingMethod
 
-OBJECTIVES = ("mse", "stability", "classification")
+OBJECTIVES = ("mse", "stability", "classification", "ddpm")
 
 
 class DenoiserTraining(SmoothingMethod):
@@ -95,6 +97,14 @@ class DenoiserTraining(SmoothingMethod):
         except RegistryError as err:
             config = self.denoiser_config
             raise ConfigError("method.denoiser", config, "a registered denoiser", str(err)) from err
+        if hasattr(self.denoiser, "sigma"):  # a diffusion denoiser: its timestep follows the noise level
+            self.denoiser.sigma = self.sigma
+        if self.objective == "ddpm" and not hasattr(self.denoiser, "ddpm_loss"):
+            raise ConfigError(
+                "method.objective", "ddpm", "mse, stability or classification for this denoiser",
+                f"ddpm trains a diffusion model (rs_lightning.models.diffusion.DiffusionDenoiser), not a "
+                f"{type(self.denoiser).__name__}",
+            )  # fmt: skip
         check_denoiser_output(self.denoiser, input_shape, "method.denoiser")
         object.__setattr__(self, "_denoised", DenoisedClassifier(self.denoiser, self.model))
 
@@ -205,6 +215,8 @@ class DenoiserTraining(SmoothingMethod):
 
     # ------------------------------------------------------------------ loss
     def training_loss(self, x: torch.Tensor, y: torch.Tensor, index=None) -> torch.Tensor:
+        if self.objective == "ddpm":  # the diffusion model's own loss over all timesteps (Ho et al. 2020)
+            return self.denoiser.ddpm_loss(x, self.noise_generator)
         denoised = self.denoiser(x + self.training_noise(x))
         if self.objective == "mse":
             return F.mse_loss(denoised, x)

@@ -444,6 +444,8 @@ def denoised_from_checkpoint(
     state = denoiser_state(checkpoint)
     _require_finite(state, path)
     denoiser.load_state_dict(state)
+    if hasattr(denoiser, "sigma"):  # a diffusion denoiser picks its timestep by the inputs' sigma
+        denoiser.sigma = float(meta.denoiser["sigma"])
     return DenoisedClassifier(denoiser, classifier)
 
 

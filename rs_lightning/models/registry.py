@@ -12,6 +12,7 @@ from .byname import TimmModel, TorchvisionModel
 from .cifar_resnet import CIFARResNet
 from .constant import ConstantClassifier
 from .denoisers import DenoiserUNet, DnCNN
+from .diffusion import DiffusionDenoiser
 from .digits import MLP, DigitsCNN
 from .imagenet import ResNet50
 from .lenet import LeNet
@@ -30,5 +31,7 @@ MODELS = Registry(
 DENOISER_ENTRY_POINTS = "rs_lightning.denoisers"
 """The entry-point group through which a user's package registers its denoisers."""
 
-DENOISERS = Registry("denoiser", nn.Module, [DnCNN, DenoiserUNet], entry_points=DENOISER_ENTRY_POINTS)
+DENOISERS = Registry(
+    "denoiser", nn.Module, [DnCNN, DenoiserUNet, DiffusionDenoiser], entry_points=DENOISER_ENTRY_POINTS
+)
 """The denoisers a checkpoint of denoised smoothing may name (built with ``input_shape=(C, H, W)``)."""

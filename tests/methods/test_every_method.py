@@ -39,7 +39,7 @@ METHODS = {
 }
 # The ARS pipelines need images a mask UNet can halve three times and L-infinity certification: their
 # training step and checkpoint are tested on 16x16 canvases in tests/methods/test_ars_training.py.
-TESTED_ELSEWHERE = {"ars", "ars_static", "denoiser"}  # denoiser: tests/methods/test_denoiser.py
+TESTED_ELSEWHERE = {"ars", "ars_static", "denoiser", "diffusion"}  # tests/methods/test_denoiser.py
 STEPS = [
     "model=mlp",
     "optim.optimizer.lr=0.1",
