@@ -65,10 +65,12 @@ ddpm() {  # the DDPM, then (STAGE=all|certify) its one-shot denoising in front o
       $BASE trainer.limit_train_batches=1.0
   fi
   if [ "$STAGE" = all ] || [ "$STAGE" = certify ]; then
+    local s pids=() pid
     for s in $SIGMAS; do  # one thread each, side by side
       certify_run "$OUT/train/ddpm" "$OUT/certify/s$(tag "$s")/ddpm" $CERTIFY_DS sigma="$s" override_sigma=true &
+      pids+=($!)
     done
-    wait
+    for pid in "${pids[@]}"; do wait "$pid" || return; done
   fi
 }
 
