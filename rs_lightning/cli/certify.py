@@ -364,7 +364,12 @@ def with_diffusion(cfg: DictConfig, model, meta: CheckpointMeta, sigma: float, d
     DDPM in FOLDER (:mod:`rs_lightning.models.diffusion`) in front of the checkpoint's classifier f; D's
     timestep follows the certification sigma. ``(model, meta)`` unchanged without it."""
     from rs_lightning.models.denoisers import DenoisedClassifier
-    from rs_lightning.models.diffusion import diffusers_config, load_diffusers_weights
+    from rs_lightning.models.diffusion import (
+        DiffusionDenoiser,
+        diffusers_config,
+        load_diffusers_weights,
+        load_openai_weights,
+    )
 
     folder = cfg.get("diffusion")
     if folder is None:
@@ -373,16 +378,31 @@ def with_diffusion(cfg: DictConfig, model, meta: CheckpointMeta, sigma: float, d
         raise ConfigError(
             "diffusion", folder, "null for this checkpoint", "it already holds a denoiser or a pipeline"
         )
-    try:
-        config = diffusers_config(folder)
-        denoiser = build_denoiser(config, meta.input_shape, str(folder))
-        load_diffusers_weights(denoiser, folder)
-    except (ValueError, ImportError) as err:
+    flags = cfg.get("diffusion_flags")
+    openai = Path(folder).is_file()
+    if openai and flags is None:
         raise ConfigError(
-            "diffusion", folder, "a diffusers UNet2DModel folder (config.json and its safetensors weights)",
-            " ".join(str(err).split()),
-        ) from err  # fmt: skip
-    weights = next(Path(folder).glob("**/diffusion_pytorch_model.safetensors"))
+            "diffusion_flags", None, "the flags of the openai model in this file",
+            "e.g. diffusion_flags=256x256_diffusion_uncond (presets in conf/diffusion_flags)",
+        )  # fmt: skip
+    try:
+        if openai:
+            config = {"_target_": f"{DiffusionDenoiser.__module__}.DiffusionDenoiser",
+                      "openai": OmegaConf.to_container(flags, resolve=True)}  # fmt: skip
+            denoiser = build_denoiser(config, meta.input_shape, str(folder))
+            load_openai_weights(denoiser, folder)
+            weights = Path(folder)
+        else:
+            config = diffusers_config(folder)
+            denoiser = build_denoiser(config, meta.input_shape, str(folder))
+            load_diffusers_weights(denoiser, folder)
+            weights = next(Path(folder).glob("**/diffusion_pytorch_model.safetensors"))
+    except (ValueError, ImportError) as err:
+        expected = (
+            "an openai improved/guided-diffusion state dict matching diffusion_flags" if openai
+            else "a diffusers UNet2DModel folder (config.json and its safetensors weights)"
+        )  # fmt: skip
+        raise ConfigError("diffusion", folder, expected, " ".join(str(err).split())) from err
     record = {"model": config, "sigma": sigma, "objective": None, "diffusers": str(Path(folder).resolve()),
               "diffusers_sha256": file_sha256(weights)}  # fmt: skip
     model = DenoisedClassifier(denoiser.to(device).eval(), model)

@@ -16,6 +16,9 @@ other and the certificate is Cohen et al.'s at σ, whatever D does; t* only deci
 network is a ``diffusers`` ``UNet2DModel`` predicting ε, its ᾱ schedule a ``DDPMScheduler``'s, both from
 arguments (no hub).
 ``learn_sigma`` models (improved DDPM, Nichol & Dhariwal 2021) output 2C channels, the first C being ε.
+With ``openai=`` flags the network is instead the UNet of openai's improved/guided diffusion
+(:mod:`rs_lightning.models.openai_unet`), whose released ``.pt`` state dicts :func:`load_openai_weights`
+reads, and the schedule is theirs (linear or cosine over ``diffusion_steps``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch
 from torch import nn
 
 from ._shape import chw
+from .openai_unet import OpenAIUNet, unet_arguments
 
 SMALL_UNET = {
     "block_out_channels": [32, 64],
@@ -68,6 +72,10 @@ class DiffusionDenoiser(nn.Module):
         schedule: ``DDPMScheduler`` arguments (default :data:`LINEAR_SCHEDULE`).
         learn_sigma: the network outputs 2C channels (ε, then the variance's), as the openai models do.
         clip: clip x̂₀ to [−1, 1] (as the reference's ``clip_denoised=True``).
+        openai: the flags of an openai improved/guided-diffusion model (their READMEs' ``MODEL_FLAGS`` and
+            ``diffusion_steps``, ``noise_schedule``, and ``rescale_timesteps``, which must be given: their
+            improved-diffusion scripts default it to true, guided-diffusion's to false) instead of ``unet``,
+            ``schedule`` and ``learn_sigma``.
     """
 
     def __init__(
@@ -78,13 +86,24 @@ class DiffusionDenoiser(nn.Module):
         schedule: Mapping[str, Any] | None = None,
         learn_sigma: bool = False,
         clip: bool = True,
+        openai: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        from diffusers import DDPMScheduler, UNet2DModel
+        from diffusers import UNet2DModel
 
         c, h, w = chw(input_shape)
         if h != w:
             raise ValueError(f"DiffusionDenoiser needs square images (UNet2DModel sample_size), got {h}x{w}")
+        self.timestep_scale, self.openai = 1.0, openai is not None
+        if openai is not None:
+            if unet is not None or schedule is not None:
+                raise ValueError("give either openai flags or unet/schedule arguments, not both")
+            unet_args, schedule, self.timestep_scale = openai_model(openai, input_shape)
+            self.channels, self.learn_sigma, self.clip = c, unet_args["out_channels"] == 2 * c, bool(clip)
+            self.unet = OpenAIUNet(**unet_args)
+            self.register_buffer("alphas_cumprod", _alphas_cumprod(schedule), persistent=False)
+            self.sigma: float | None = None
+            return
         arguments = {
             k: list(v) if isinstance(v, list | tuple) else v for k, v in (unet or SMALL_UNET).items()
         }
@@ -95,13 +114,14 @@ class DiffusionDenoiser(nn.Module):
         self.unet = UNet2DModel(
             sample_size=h, in_channels=c, out_channels=2 * c if self.learn_sigma else c, **arguments
         )
-        scheduler = DDPMScheduler(**(schedule or LINEAR_SCHEDULE))
-        self.register_buffer("alphas_cumprod", scheduler.alphas_cumprod.float().clone(), persistent=False)
+        self.register_buffer("alphas_cumprod", _alphas_cumprod(schedule or LINEAR_SCHEDULE), persistent=False)
         self.sigma: float | None = None
         """The σ of the noisy inputs, which picks t*."""
 
     def eps(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """ε_θ(x_t, t), the first C output channels."""
+        if self.openai:  # their rescale_timesteps feeds t * 1000 / T
+            return self.unet(x_t, t.float() * self.timestep_scale)[:, : self.channels]
         return self.unet(x_t, t).sample[:, : self.channels]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -110,13 +130,16 @@ class DiffusionDenoiser(nn.Module):
                 f"DiffusionDenoiser.sigma={self.sigma!r}: set the noise level of its inputs first"
             )
         t = one_shot_timestep(self.alphas_cumprod, self.sigma)
-        alpha_bar = self.alphas_cumprod[t]
-        x_t = alpha_bar.sqrt() * (2 * x - 1)
+        x_t = self.alphas_cumprod[t].sqrt() * (2 * x - 1)
         steps = torch.full((x.shape[0],), t, device=x.device, dtype=torch.long)
-        x0 = (x_t - (1 - alpha_bar).sqrt() * self.eps(x_t, steps)) / alpha_bar.sqrt()
-        if self.clip:
-            x0 = x0.clamp(-1, 1)
-        return (x0 + 1) / 2
+        return (self.predict_x0(x_t, steps) + 1) / 2
+
+    def predict_x0(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """x̂₀ = (x_t − √(1 − ᾱ_t) ε_θ(x_t, t))/√ᾱ_t in [−1, 1] units (clipped with :attr:`clip`); ``t`` a
+        batch of integer timesteps (the reference's ``p_sample(...)["pred_xstart"]``)."""
+        alpha_bar = self.alphas_cumprod[t].view(-1, *([1] * (x_t.dim() - 1))).to(x_t.dtype)
+        x0 = (x_t - (1 - alpha_bar).sqrt() * self.eps(x_t, t)) / alpha_bar.sqrt()
+        return x0.clamp(-1, 1) if self.clip else x0
 
     def ddpm_loss(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Ho et al.'s simple loss (Algorithm 1) on clean images ``x`` in [0,1]:
@@ -127,6 +150,76 @@ class DiffusionDenoiser(nn.Module):
         alpha_bar = self.alphas_cumprod[t].view(-1, 1, 1, 1).to(x.dtype)
         x_t = alpha_bar.sqrt() * (2 * x - 1) + (1 - alpha_bar).sqrt() * noise
         return nn.functional.mse_loss(self.eps(x_t, t), noise)
+
+
+def _alphas_cumprod(schedule: Mapping[str, Any]) -> torch.Tensor:
+    """ᾱ_t of a ``DDPMScheduler`` with these arguments (float32)."""
+    from diffusers import DDPMScheduler
+
+    return DDPMScheduler(**schedule).alphas_cumprod.float().clone()
+
+
+def openai_model(flags: Mapping[str, Any], input_shape: Sequence[int]) -> tuple[dict, dict, float]:
+    """(:class:`OpenAIUNet` arguments, ``DDPMScheduler`` arguments, timestep scale) of openai flags.
+
+    Their schedules: ``linear`` has betas from 1e-4·1000/T to 0.02·1000/T (Ho et al.'s, rescaled to T steps),
+    ``cosine`` is Nichol & Dhariwal's ᾱ_t ∝ cos²((t/T + 0.008)/1.008 · π/2) with betas capped at 0.999
+    (diffusers' ``squaredcos_cap_v2``). ValueError for a missing or unsupported flag."""
+    c, h, _ = chw(input_shape)
+    flags = dict(flags)
+    if "rescale_timesteps" not in flags:
+        raise ValueError(
+            "openai flags need rescale_timesteps: true for improved-diffusion models (its scripts' default), "
+            "false for guided-diffusion's"
+        )
+    if int(flags.get("image_size", h)) != h:
+        raise ValueError(f"openai image_size={flags['image_size']} but the classifier's inputs are {h}x{h}")
+    flags["image_size"] = h
+    steps = int(flags.get("diffusion_steps", 1000))
+    kind = flags.get("noise_schedule", "linear")
+    if kind == "linear":
+        schedule = {"num_train_timesteps": steps, "beta_start": 1e-4 * 1000 / steps,
+                    "beta_end": 0.02 * 1000 / steps, "beta_schedule": "linear"}  # fmt: skip
+    elif kind == "cosine":
+        schedule = {"num_train_timesteps": steps, "beta_schedule": "squaredcos_cap_v2"}
+    else:
+        raise ValueError(f"noise_schedule={kind!r}: the openai models use linear or cosine")
+    scale = 1000.0 / steps if flags["rescale_timesteps"] else 1.0
+    return unet_arguments(flags, c), schedule, scale
+
+
+def load_openai_weights(denoiser: DiffusionDenoiser, path: str | Path) -> None:
+    """A released openai improved/guided-diffusion state dict (``torch.load(weights_only=True)``: tensors
+    only, no code) into ``denoiser`` built with ``openai=`` flags; ValueError naming the file and the first
+    mismatch (wrong flags show up here as missing or misshapen tensors)."""
+    path = Path(path)
+    if not denoiser.openai:
+        raise ValueError(
+            f"{path} is an openai diffusion checkpoint; build the denoiser with its openai flags"
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # unreadable, or pickled objects other than tensors
+        raise ValueError(
+            f"{path} is not a readable state dict of tensors ({type(err).__name__}: {err})"
+        ) from err
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{path} is not a state dict (a mapping of names to tensors)")
+    _load_matching(denoiser.unet, dict(state), path, "the UNet of its flags")
+
+
+def _load_matching(module: nn.Module, state: dict, path: Path, what: str) -> None:
+    own = module.state_dict()
+    missing = [k for k in own if k not in state]
+    extra = [k for k in state if k not in own]
+    shaped = [k for k in own if k in state and state[k].shape != own[k].shape]
+    if missing or extra or shaped:
+        first = (shaped or missing or extra)[0]
+        raise ValueError(
+            f"{path} does not fit {what}: {len(missing)} missing, {len(extra)} "
+            f"unexpected, {len(shaped)} misshapen tensors (first {first})"
+        )
+    module.load_state_dict({k: v.float() for k, v in state.items()})
 
 
 def diffusers_config(folder: str | Path) -> dict[str, Any]:
@@ -172,15 +265,4 @@ def load_diffusers_weights(denoiser: DiffusionDenoiser, folder: str | Path) -> N
         raise ValueError(
             f"{unet_dir} holds no diffusion_pytorch_model.safetensors (only safetensors is read)"
         )
-    state = load_file(str(path))
-    own = denoiser.unet.state_dict()
-    missing = [k for k in own if k not in state]
-    extra = [k for k in state if k not in own]
-    shaped = [k for k in own if k in state and state[k].shape != own[k].shape]
-    if missing or extra or shaped:
-        first = (shaped or missing or extra)[0]
-        raise ValueError(
-            f"{path} does not fit the UNet of its config.json: {len(missing)} missing, {len(extra)} "
-            f"unexpected, {len(shaped)} misshapen tensors (first {first})"
-        )
-    denoiser.unet.load_state_dict(state)
+    _load_matching(denoiser.unet, load_file(str(path)), path, "the UNet of its config.json")
