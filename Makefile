@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) -m bench.certify_scaling
 	$(PY) -m bench.ars
 	$(PY) -m bench.sequential
+	$(PY) -m bench.denoised
 
 # GPU device check (bench/README.md): writes bench/results/gpu.json in < 8 min on one GPU; stops at once
 # without CUDA. On a machine whose python3 already has torch (a lent GPU, no .venv): make bench-gpu GPU_PY=python3

@@ -144,6 +144,10 @@ COVERED = {
         "tests/scripts/test_evidence_scripts.py::"
         "test_a_failed_background_training_fails_the_script_before_any_later_stage"
     ),
+    r"bash scripts/denoised_smoothing\.sh": (
+        "tests/scripts/test_evidence_scripts.py::"
+        "test_denoised_smoothing_stops_on_a_failed_background_training_and_reports_from_archived_rows"
+    ),
     r"for job in multirun/train/": (
         "tests/cli/test_sweeps.py::test_the_docs_loop_certifies_every_job_of_a_sweep_and_reports_them"
     ),

@@ -256,3 +256,34 @@ def test_the_ars_clutter_report_is_built_from_archived_rows(tmp_path):
     ]
     assert static[3:5] == [str(archive / "ars_static"), str(archive / "ars_vanilla")]
     assert [call[0] for call in calls[3:]] == ["scripts/ars_masks.py"] * 2  # the masks: from checkpoints
+
+
+def test_denoised_smoothing_stops_on_a_failed_background_training_and_reports_from_archived_rows(tmp_path):
+    """scripts/denoised_smoothing.sh: a failed training in a background chain (the denoisers, the Gaussian
+    run or the DDPM) fails the script before any certification, and STAGE=report archives every run's rows
+    (clean, the three DnCNN stages, Gaussian, the DDPM) under $REPORT and builds the report and paired CIs
+    from there. Catches a chain whose failure went unnoticed and a run left out of the archived evidence."""
+    clean = tmp_path / "out" / "train" / "clean"
+    clean.mkdir(parents=True)
+    (clean / "train.done").write_text("")
+    result, calls = run_script(tmp_path, "denoised_smoothing.sh", TRAIN_STATUS="1", SIGMAS="0.25")
+    assert result.returncode != 0 and "error: a background job failed" in result.stderr, result.stderr
+    assert calls and all(call[0] == "train.py" for call in calls), calls
+    assert {"method=diffusion", "method=gaussian"} <= {a for call in calls for a in call}  # both chains ran
+
+    runs = ("clean", "dncnn_mse", "dncnn_stab", "dncnn_clf", "gaussian", "ddpm")
+    for run in runs:
+        folder = tmp_path / "out" / "certify" / "s025" / run
+        folder.mkdir(parents=True)
+        for name in ("certify.tsv", "settings.json", "summary.json"):
+            (folder / name).write_text(run)
+    report = tmp_path / "report"
+    (tmp_path / "record.jsonl").unlink()  # the calls of this run only
+    result, calls = run_script(
+        tmp_path, "denoised_smoothing.sh", STAGE="report", SIGMAS="0.25", REPORT=str(report)
+    )
+    assert result.returncode == 0, result.stderr
+    assert [(report / "s025" / "runs" / run / "certify.tsv").read_text() for run in runs] == list(runs)
+    assert calls[0][:2] == ["-m", "rs_lightning.cli.report"]
+    assert calls[0][2:8] == [str(report / "s025" / "runs" / run) for run in runs]
+    assert calls[1][2] == "paired" and len(calls) == 2
