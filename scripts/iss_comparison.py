@@ -35,7 +35,7 @@ def compare(reference_path: str, paths: list[str], radii: list[float]) -> list[d
         ref, rows = _aligned(reference, run)
         samples = rows["samples"] if "samples" in rows else rows["n0"] + rows["n"]
         ref_samples = ref["samples"] if "samples" in ref else ref["n0"] + ref["n"]
-        iss = run.settings.iss or {}
+        iss = (run.settings.sampler or {}) if run.settings.sampling == "iss" else {}
         decline = ref["radius"] - rows["radius"]
         allowed = None
         if iss:

@@ -38,7 +38,7 @@ def grid_of(runs, radii) -> list[float]:
     if radii:
         return [float(r) for r in radii]
     for run in runs:
-        seq = run.settings.sequential
+        seq = run.settings.sampler
         if run.settings.sampling == "sequential" and seq and seq.get("radii"):
             return [float(r) for r in seq["radii"]]
     raise SystemExit("error: no sampling=sequential run among them: pass --radii")

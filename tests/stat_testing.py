@@ -135,7 +135,7 @@ def iss_boundary_certify_rate(n: int, k0: int, alpha: float, psi, variant: str =
     engine's ψ lookup, a plan, not a statistic). ``variant``: ``fresh`` (the engine: Bin(k̂, 1/2) new draws),
     ``reuse`` (pilot counts added to max(k̂, k0) draws: the reference code) or ``prefix`` (the bug of
     taking the pilot from the estimation stream: its first k0 draws are the pilot's)."""
-    from rs_lightning.smoothing.iss import sample_sizes_for_interval
+    from rs_lightning.smoothing.samplers.iss import sample_sizes_for_interval
 
     c = np.arange(k0 + 1)
     selected = np.maximum(c, k0 - c)

@@ -254,12 +254,12 @@ def find_run_paths(paths) -> list[Path]:
     return found
 
 
-def bound_level(settings: RunRecord) -> float:
-    """The level of a run's rows: alpha (PREDICT's test, Cohen-sampling or ISS bounds), or alpha per look
-    for sequential sampling (which PREDICT never uses)."""
-    if settings.sampling != "sequential":
+def row_levels(settings: RunRecord, rows: dict):
+    """The level of each row's bound (:meth:`~rs_lightning.smoothing.spec.CertificationSpec.row_levels`:
+    alpha, or the sampler's level at the row's look); PREDICT: alpha, its test's."""
+    if (settings.mode or "certify") != "certify" or "n" not in rows:
         return float(settings.alpha)
-    return settings.spec.bound_alpha
+    return settings.spec.row_levels(rows["n"], rows.get("nA0"), settings.dim)
 
 
 def load_run(path: str | Path, sigma: float | None = None) -> Run:
@@ -294,7 +294,7 @@ def load_run(path: str | Path, sigma: float | None = None) -> Run:
         settings = RunRecord.from_dict(settings.to_dict() | {"sigma": float(sigma)})
     if settings.alpha is not None:  # rows that betray another protocol than their settings.json
         mode = settings.mode or "certify"
-        level = bound_level(settings)
+        level = row_levels(settings, rows)
         mismatch = settings_mismatch(
             rows, mode, level, settings.sigma, settings.norm, settings.dim, settings.noise
         )

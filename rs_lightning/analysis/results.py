@@ -39,6 +39,7 @@ from scipy.stats import beta
 
 from rs_lightning.smoothing.certificate import L2, of
 from rs_lightning.smoothing.engine import ABSTAIN
+from rs_lightning.smoothing.samplers import SAMPLERS
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS, CertificationSpec
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 from rs_lightning.validation import unreadable_format
@@ -153,7 +154,7 @@ def certify_rows(result, labels, seconds: float) -> list[dict]:
 
 
 def settings_mismatch(
-    rows: dict, mode: str, alpha: float, sigma: float | None, norm: str | None, dim: int | None,
+    rows: dict, mode: str, alpha, sigma: float | None, norm: str | None, dim: int | None,
     noise: str | None = None,
 ) -> tuple[str, str] | None:  # fmt: skip
     """``(what the rows record, what was expected)`` for the first row whose own values betray another
@@ -163,7 +164,8 @@ def settings_mismatch(
     2019, Alg. 1) and sigma/noise/norm through ``radius``, the certificate's radius at pA_lower; PREDICT
     rows abstain exactly where
     ``pvalue > alpha``. Catches rows of two protocols in one file (a resume after settings.json was lost).
-    For CERTIFY, ``alpha`` is the level of each row's bound (``CertificationSpec.bound_alpha``)."""
+    For CERTIFY, ``alpha`` is the level of each row's bound, one number or one per row
+    (``CertificationSpec.row_levels``)."""
     idx = rows.get("idx")
     if mode == "predict":
         if not {"pvalue", "predict"} <= rows.keys():
@@ -185,9 +187,10 @@ def settings_mismatch(
         j = int(np.argmax(bad))
         k, n, low = int(rows["nA"][j]), int(rows["n"][j]), float(rows["pA_lower"][j])
         made_at = float(beta.cdf(low, k, n - k + 1)) if k > 0 else float("nan")  # inverts the bound
+        level = float(np.broadcast_to(alpha, np.shape(rows["n"]))[j])
         return (
             f"rows certified at alpha={made_at:.3g} (idx {int(idx[j])}: pA_lower={low:.6g} of nA={k}, n={n})",
-            f"alpha={alpha}",
+            f"alpha={level:.6g}",
         )
     if sigma is None:
         return None
@@ -411,19 +414,25 @@ def read_json(path: str | os.PathLike) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ run records
-RUN_FORMAT = 1
-"""Version of ``settings.json`` and ``summary.json``, their ``format`` key. Readable: 1 and the untagged files
-of earlier versions (0, e.g. the runs archived under docs/results/), which may lack keys added since: the
+RUN_FORMAT = 2
+"""Version of ``settings.json`` and ``summary.json``, their ``format`` key. Readable: 2, 1 and the untagged
+files of earlier versions (0, e.g. the runs archived under docs/results/), which may lack keys added since:
+the
 protocol keys of :data:`SETTINGS_ADDED_LATER` take their values there, any other key is None (not recorded),
-and their ``certify.tsv`` may lack the columns of :data:`ADDED_LATER`."""
+and their ``certify.tsv`` may lack the columns of :data:`ADDED_LATER`. Format 2 stores the sampler's settings
+under ``sampler``; formats 0 and 1 stored them under the sampler's name (``iss``, ``sequential``), which
+:meth:`RunRecord.from_dict` reads, and a sampler's settings added since take its
+:attr:`~rs_lightning.smoothing.samplers.base.Sampler.added_later` values."""
 
 SETTINGS_ADDED_LATER = {
-    "mode": "certify", "precision": "32", "sampling": "cohen", "iss": None, "sequential": None,
-    "noise": "gaussian", "norm": L2,
+    "mode": "certify", "precision": "32", "sampling": "cohen", "noise": "gaussian", "norm": L2,
 }  # fmt: skip
 """Values of protocol keys that runs recorded before the keys existed had implicitly (every such run was an
 fp32 CERTIFY with Cohen's sampling of Gaussian L2 radii)."""
 
+
+_FORMAT1_SAMPLER_KEYS = ("iss", "sequential")
+"""The keys format 1 stored the samplers' settings under, each null unless that sampler ran."""
 
 IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model", "data", "device")
 """With the spec's protocol keys: what a resume must match (what the rows were certified of, and the
@@ -458,8 +467,7 @@ class RunRecord:
     channels_last: bool | None = None
     compile: bool | None = None
     sampling: str | None = None
-    iss: dict | None = None
-    sequential: dict | None = None
+    sampler: dict | None = None  # the sampler's settings ({}: it has none)
     norm: str | None = None
     noise: str | None = None
     train_sigma: float | None = None  # the checkpoint's sigma (None: published or parameter-free)
@@ -491,12 +499,21 @@ class RunRecord:
     def from_dict(cls, values: dict, source: str = "settings.json") -> RunRecord:
         """The record of a stored settings dict of any readable version (a ResultFileError naming ``source``
         otherwise): the keys of :data:`SETTINGS_ADDED_LATER` it lacks (or stores as null) take their values
-        there, the others None; unknown keys are ignored. An empty dict (an old Cohen TSV) records nothing."""
+        there, the others None; unknown keys are ignored. An empty dict (an old Cohen TSV) records nothing.
+        The sampler's settings are read from ``sampler`` or, in formats 0 and 1, from the key named after the
+        sampler; the settings a known sampler added since take its ``added_later`` values."""
         _check_format(values, source)
         if not values:
             return cls()
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**SETTINGS_ADDED_LATER | {k: v for k, v in values.items() if k in names and v is not None})
+        record = SETTINGS_ADDED_LATER | {k: v for k, v in values.items() if k in names and v is not None}
+        sampling = str(record["sampling"]).lower()
+        sampler = values.get("sampler") if "sampler" in values else values.get(sampling)
+        if sampler is None and sampling in SAMPLERS and not dataclasses.fields(SAMPLERS[sampling]):
+            sampler = {}  # a sampler without settings (every run of formats 0 and 1 without a key for it)
+        if isinstance(sampler, dict) and sampling in SAMPLERS:
+            sampler = SAMPLERS[sampling].added_later | sampler
+        return cls(**record | {"sampler": sampler})
 
     @classmethod
     def read(cls, folder: str | os.PathLike) -> RunRecord | None:
@@ -529,8 +546,17 @@ class RunRecord:
 
     def fingerprint(self) -> str:
         """The run's protocol fingerprint, every row's :data:`FINGERPRINT`: the first 16 hex digits of the
-        SHA-256 of :meth:`identity` as canonical JSON (sorted keys, no spaces)."""
-        canonical = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        SHA-256 of :meth:`identity` as canonical JSON (sorted keys, no spaces), in the layout of format 1 so
+        that rows written before format 2 keep theirs: the sampler's settings under its name beside
+        ``iss`` and ``sequential`` (null unless chosen), without the settings added since at their
+        ``added_later`` values."""
+        identity = self.identity()
+        sampling, settings = identity["sampling"], identity.pop("sampler")
+        identity |= dict.fromkeys(_FORMAT1_SAMPLER_KEYS)
+        if settings:
+            later = SAMPLERS[sampling].added_later if sampling in SAMPLERS else {}
+            identity[sampling] = {k: v for k, v in settings.items() if k not in later or later[k] != v}
+        canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:_FINGERPRINT_LENGTH]
 
     def indices(self) -> list[int]:

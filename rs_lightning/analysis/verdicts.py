@@ -43,11 +43,8 @@ def counts_of(run: Run) -> Counts | None:
     """The run's rows for the bands (None without nA/n); sequential rows know their number of looks."""
     if not run.has_counts:
         return None
-    looks = 1
-    if run.settings.sampling == "sequential":
-        from rs_lightning.smoothing.sequential import look_schedule
-
-        looks = len(look_schedule(run.settings.spec))
+    spec = run.settings.spec
+    looks = spec.sampler.looks(spec) if spec.mode == "certify" else 1
     return Counts.from_rows(run.rows, looks=looks)
 
 

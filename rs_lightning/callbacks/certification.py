@@ -28,7 +28,7 @@ from rs_lightning.smoothing import CertificationSpec, certify_dataset
 from rs_lightning.smoothing.engine import check_norm_supported
 from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
-from rs_lightning.smoothing.sequential import look_schedule, resolve_grid
+from rs_lightning.smoothing.samplers import SAMPLERS, check_unused_settings, sampler_class
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 PREFIX = "callbacks.certification."
@@ -54,9 +54,9 @@ class CertificationCallback(pl.Callback):
             certified is always the module's training noise (``method.noise``).
         sigma: certification noise; defaults to the method's training sigma.
         precision, channels_last, compile: how the base network is evaluated, as in ``certify.py``.
-        sampling, sequential: ``cohen`` (n draws per input) or ``sequential`` (draws stop once the input's
-            radius bucket is decided; ``sequential`` holds ``radii``, ``first_look``, ``growth``), as in
-            ``certify.py``.
+        sampling: the sampler (:mod:`~rs_lightning.smoothing.samplers`), as in ``certify.py``: ``cohen`` (n
+            draws per input) or ``sequential`` (draws stop once the input's radius bucket is decided); its
+            settings are the keyword named after it (``sequential={"radii": [...], "first_look": ...}``).
         beta: error probability of the logged simultaneous band of the p_A curve (``val/pa_band_halfwidth``,
             shaded in the ``val/pa_ecdf`` figure).
     """
@@ -77,8 +77,8 @@ class CertificationCallback(pl.Callback):
         channels_last: bool = False,
         compile: bool = False,
         sampling: str = "cohen",
-        sequential: dict | None = None,
         beta: float = DEFAULT_BETA,
+        **sampler_settings: dict | None,
     ) -> None:
         require_at_least(PREFIX + "every_n_epochs", every_n_epochs, 1)
         try:
@@ -90,7 +90,14 @@ class CertificationCallback(pl.Callback):
             require_positive(PREFIX + "radius_step", radius_step)
         settings = dict(sigma=sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed)
         settings |= dict(precision=precision, channels_last=channels_last, compile=compile)
-        settings |= dict(sampling=sampling, sequential=sequential)
+        try:
+            chosen = sampler_class(sampling).name
+        except ConfigError as err:
+            raise err.prefixed(PREFIX) from None
+        if unknown := sorted(sampler_settings.keys() - SAMPLERS.keys()):
+            raise TypeError(f"CertificationCallback got unexpected keyword arguments {unknown}")
+        check_unused_settings(sampler_settings, chosen, PREFIX)
+        settings |= {"sampling": chosen, chosen: sampler_settings.get(chosen)}
         if norm is not None:
             settings["norm"] = norm
         self.spec = CertificationSpec.from_dict(settings, prefix=PREFIX)
@@ -142,7 +149,13 @@ class CertificationCallback(pl.Callback):
         for key, value in self.spec.protocol().items():
             if key in ("noise_block", "noise", "norm") or value is None:
                 continue
-            if isinstance(value, dict):
+            if (
+                key == "sampler"
+            ):  # as certify.py takes it (sequential.radii=...); null only where not the default
+                defaults = dataclasses.asdict(type(self.spec.sampler)())
+                args |= {f"{self.spec.sampling}.{k}": "null" if v is None else v
+                         for k, v in value.items() if v is not None or defaults[k] is not None}  # fmt: skip
+            elif isinstance(value, dict):
                 args |= {f"{key}.{k}": v for k, v in value.items() if v is not None}
             else:
                 args[key] = value
@@ -159,7 +172,7 @@ class CertificationCallback(pl.Callback):
         dataset = trainer.datamodule.dataset(spec.split)
         indices = self.subset(len(dataset))
         dim = math.prod(trainer.datamodule.input_shape)
-        spec = resolve_grid(spec, dim)
+        spec = spec.resolved(dim)
         radii = spec.certificate.radius_grid(spec.sigma, spec.n, spec.bound_alpha, self.radius_step, dim)
         device = pl_module.device
         metrics = {
@@ -225,7 +238,7 @@ class CertificationCallback(pl.Callback):
             torch.distributed.all_gather_object(gathered, columns)
             columns = [c for part in gathered for c in part]
         rows = {key: np.concatenate([c[key] for c in columns]) for key in columns[0]}
-        looks = len(look_schedule(spec)) if spec.sampling == "sequential" else 1
+        looks = spec.sampler.looks(spec)
         return pa_curve_band(Counts.from_rows(rows, looks=looks), self.beta)
 
     def _log_figure(self, trainer: pl.Trainer, pa: np.ndarray, band: Band) -> None:

@@ -28,7 +28,6 @@ from rs_lightning.analysis.results import (
 )
 from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.smoothing import CertificationSpec
-from rs_lightning.smoothing.sequential import look_schedule
 from rs_lightning.validation import ConfigError
 
 from .part import certify_part
@@ -132,21 +131,18 @@ def _check_rows_match(
     required = ("n",) if spec.mode == "predict" else ("n", "n0")
     if not set(required) <= rows.keys():
         return  # an old file without these columns: the writer checks its header
-    if spec.mode == "certify" and spec.sampling == "sequential":
-        bad = ~np.isin(rows["n"], look_schedule(spec)) | (rows["n0"] != spec.n0)
-    elif spec.mode == "certify" and spec.sampling == "iss":
-        bad = rows["n"] > spec.n
-    elif spec.mode == "certify":
-        bad = (rows["n"] != spec.n) | (rows["n0"] != spec.n0)
+    n_a0 = rows.get("nA0")
+    if spec.mode == "certify":
+        bad = ~spec.sampler.rows_fit(spec, rows["n"], rows["n0"], n_a0, dim)
+        expected = spec.sampler.expected(spec)
     else:
-        bad = rows["n"] != spec.n
+        bad, expected = rows["n"] != spec.n, f"n={spec.n}"
     if bad.any():
         j = int(np.argmax(bad))
         found = f"n={int(rows['n'][j])}" + (f", n0={int(rows['n0'][j])}" if "n0" in rows else "")
-        _refuse_rows(
-            table_path, path, f"rows with {found} (idx {int(rows['idx'][j])})", f"n={spec.n}, n0={spec.n0}"
-        )
-    mismatch = settings_mismatch(rows, spec.mode, spec.bound_alpha, spec.sigma, spec.norm, dim, spec.noise)
+        _refuse_rows(table_path, path, f"rows with {found} (idx {int(rows['idx'][j])})", expected)
+    levels = spec.row_levels(rows["n"], n_a0, dim)  # each row's own level (sequential: by its look)
+    mismatch = settings_mismatch(rows, spec.mode, levels, spec.sigma, spec.norm, dim, spec.noise)
     if mismatch is not None:
         _refuse_rows(table_path, path, *mismatch)
 

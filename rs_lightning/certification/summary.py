@@ -40,7 +40,7 @@ def format_summary(record: RunSummary) -> str:
         f"  ACR                        {summary['acr']:.4f}",
         f"  mean pA (true label)       {summary['pa_mean']:.4f}",
     ]
-    if spec.sampling in ("iss", "sequential"):
+    if not spec.sampler.fixed_n:
         lines.append(f"  mean estimation draws n    {summary['mean_n']:.0f} of at most {spec.n}")
     lines.append("  radius   certified accuracy")
     lines += [f"  {float(r):<8g} {a:.4f}" for r, a in summary["certified_accuracy"].items()]
@@ -89,8 +89,8 @@ def finish_run(out: Path, settings: RunRecord, radius_step: float | None = None)
     summary.write(out)
     if certifying:
         noise = "" if spec.noise == "gaussian" else f", {spec.noise}"
-        label = f"sigma={sigma:g}{noise}, n={spec.n}" + {"iss": " (ISS)", "sequential": " (sequential)"}.get(
-            spec.sampling, ""
+        label = f"sigma={sigma:g}{noise}, n={spec.n}" + (
+            "" if spec.sampler.fixed_n else f" ({spec.sampler.label()})"
         )
         save_figure(
             certified_accuracy_figure({label: (rows["radius"], rows["correct"])}, norm=spec.norm),

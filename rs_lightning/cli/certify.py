@@ -45,11 +45,10 @@ from rs_lightning.models.normalize import build_classifier
 from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_published
 from rs_lightning.smoothing import CertificationSpec
 from rs_lightning.smoothing.auto import AUTO, fastest, label, supported_precisions
-from rs_lightning.smoothing.engine import check_iss_decline, check_norm_supported
+from rs_lightning.smoothing.engine import check_norm_supported
 from rs_lightning.smoothing.pipeline import pipeline_of
 from rs_lightning.smoothing.precision import check_precision_supported
-from rs_lightning.smoothing.sequential import resolve_grid
-from rs_lightning.smoothing.spec import SequentialSettings
+from rs_lightning.smoothing.samplers import check_unused_settings
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 from .common import check_trainer_config, checkpoint_datamodule, plain, require_writable_dir, resolve_device
@@ -228,13 +227,7 @@ def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model, meta: Checkpoi
 def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
     """Check values that are easy to get wrong, before any work; returns the spec."""
     spec = spec_from_config(cfg)
-    if spec.sampling != "sequential":  # the config lists the sampler's keys: set, they would be ignored
-        defaults = dataclasses.asdict(SequentialSettings())
-        for key, value in (plain(cfg.get("sequential")) or {}).items():
-            if value != defaults.get(key):
-                raise ConfigError(
-                    f"sequential.{key}", value, "left at its default unless sampling=sequential"
-                )
+    check_unused_settings(plain(cfg), spec.sampling)  # the config lists the samplers' keys: ignored if set
     require_at_least("skip", cfg.skip, 1)
     require_at_least("start", cfg.start, 0)
     if cfg.radius_step is not None:
@@ -427,8 +420,7 @@ def plan_run(cfg: DictConfig) -> CertificationPlan:
     model, meta = with_diffusion(cfg, model, meta, sigma, device)
     spec = resolve_norm(cfg, spec.with_sigma(sigma), model, meta)
     dim = math.prod(datamodule.input_shape)
-    check_iss_decline(spec, dim)
-    spec = resolve_grid(spec, dim)  # sampling=sequential: stored resolved
+    spec = spec.resolved(dim)  # the sampler's settings that need sigma and d, checked and stored resolved
     if pipeline_of(model) is not None:
         pipeline_of(model).sigma = sigma  # the pipeline's accounting holds at any sigma
     if hasattr(getattr(model, "denoiser", None), "sigma"):

@@ -16,12 +16,12 @@ from .engine import (
     prepare,
     sample_counts,
 )
-from .iss import iss_table
 from .noise import NOISE_BLOCK, Phase
 from .pipeline import NoisePipeline
 from .precision import BaseClassifier, NonFiniteLogitsError
+from .samplers import SAMPLERS, Cohen, InputSpecific, Sampler, Sequential, register_sampler
 from .smooth import Smooth
-from .spec import CertificationSpec, IssSettings, SequentialSettings
+from .spec import CertificationSpec
 from .stats import clopper_pearson_interval, clopper_pearson_lower, top_two_pvalue
 
 __all__ = [
@@ -34,8 +34,11 @@ __all__ = [
     "Certificate",
     "CertificationSpec",
     "CertifyResult",
-    "IssSettings",
-    "SequentialSettings",
+    "Cohen",
+    "InputSpecific",
+    "SAMPLERS",
+    "Sampler",
+    "Sequential",
     "NonFiniteLogitsError",
     "Phase",
     "PredictResult",
@@ -45,12 +48,12 @@ __all__ = [
     "clopper_pearson_interval",
     "clopper_pearson_lower",
     "inputs_per_call",
-    "iss_table",
     "max_certifiable_radius",
     "predict_batch",
     "prepare",
     "radius_from_pa",
     "radius_grid",
+    "register_sampler",
     "run_dataset",
     "sample_counts",
     "top_two_pvalue",

@@ -14,15 +14,11 @@ from .spec import CertificationSpec
 
 
 def inputs_per_call(spec: CertificationSpec) -> int:
-    """How many inputs to process together so that forward batches stay full (>= 1).
-
-    Sized by the most draws an input can take (n0 + n, or the ISS pilot + n); for sequential sampling by
-    its first look, times 4: its inputs stop at different looks, and a group whose open inputs still fill
-    several batches per look loses little to each look's last, partial batch.
-    """
-    if spec.sampling == "sequential":
-        return max(1, math.ceil(4 * spec.batch_size / (spec.selection_draws + spec.sequential.first_look)))
-    return max(1, math.ceil(spec.batch_size / (spec.selection_draws + spec.n)))
+    """How many inputs to process together so that forward batches stay full (>= 1): the sampler's
+    :meth:`~.samplers.base.Sampler.inputs_per_call` (PREDICT: n draws per input)."""
+    if spec.mode == "predict":
+        return max(1, math.ceil(spec.batch_size / spec.n))
+    return spec.sampler.inputs_per_call(spec)
 
 
 def run_dataset(

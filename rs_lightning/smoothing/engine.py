@@ -8,7 +8,6 @@ Every setting comes from one :class:`~rs_lightning.smoothing.spec.CertificationS
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,12 +16,12 @@ import torch
 
 from rs_lightning.validation import ConfigError
 
-from . import sequential
 from .certificate import Certificate
-from .iss import iss_table, pilot_sample_sizes
 from .noise import NOISE_BLOCK, Phase, block_sizes, standard_noise_block
 from .pipeline import pipeline_of
 from .precision import BaseClassifier, NonFiniteLogitsError, as_base_classifier, check_precision_supported
+from .samplers.base import Count, pick
+from .samplers.iss import UnestablishedGuaranteeWarning  # noqa: F401 (re-exported)
 from .spec import CertificationSpec
 from .stats import (
     clopper_pearson_lower,
@@ -30,10 +29,6 @@ from .stats import (
 )
 
 ABSTAIN = -1
-
-
-class UnestablishedGuaranteeWarning(UserWarning):
-    """``iss.reuse_pilot=true``: the reference implementation's bound, whose guarantee is not established."""
 
 
 @dataclass
@@ -198,22 +193,6 @@ def sample_counts(
     return counts.view(groups, num_classes)
 
 
-def check_iss_decline(spec: CertificationSpec, dim: int) -> None:
-    """ConfigError for an absolute (AD) decline that is not below the largest radius certifiable in the
-    spec's norm: ISS would then plan zero draws and abstain everywhere (e.g. the L2 default 0.05 in L∞ units,
-    where radii are ≈ 0.01)."""
-    if spec.sampling != "iss" or spec.iss.decline != "ad":
-        return
-    top = spec.certificate.max_radius(spec.require_sigma(), spec.n, spec.alpha, dim)
-    if spec.iss.max_decline >= top:
-        raise ConfigError(
-            "iss.max_decline", spec.iss.max_decline,
-            f"below the largest {spec.norm} radius certifiable (n={spec.n}, alpha={spec.alpha:g}): {top:.4g}",
-            "the decline is in the radius's own units (for norm=linf e.g. iss.max_decline=0.001, or "
-            "iss.decline=rd for a relative one)",
-        )  # fmt: skip
-
-
 def check_norm_supported(model, norm: str, noise: str = "gaussian") -> None:
     """ConfigError when ``model`` is a pipeline whose accounting does not certify ``norm`` (ARS: L∞ only)
     or draws another noise than ``noise`` (every pipeline draws Gaussian noise)."""
@@ -270,77 +249,20 @@ def _counts(
     )
 
 
-def _pick(counts: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
-    return counts.gather(1, selected[:, None]).squeeze(1)
+def counter(
+    model, xs: torch.Tensor, indices: Sequence[int], spec: CertificationSpec, num_classes: int
+) -> Count:
+    """The :data:`~.samplers.base.Count` of a sampler's draw loop for these inputs."""
 
+    def count(phase: Phase, num_samples, rows=None, first_block=0) -> torch.Tensor:
+        if rows is None:
+            return _counts(model, xs, indices, spec, num_classes, phase, num_samples, first_block)
+        rows = np.asarray(rows)
+        picked = xs.index_select(0, torch.as_tensor(rows, device=xs.device))
+        return _counts(model, picked, [indices[j] for j in rows], spec, num_classes, phase, num_samples,
+                       first_block)  # fmt: skip
 
-def _cohen_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
-    """Cohen's sampling: ``n0`` selection draws pick the class, ``n`` estimation draws count it."""
-    counts0 = _counts(model, xs, indices, spec, num_classes, Phase.SELECTION, spec.n0)
-    counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, spec.n)
-    n, n0 = np.full(xs.shape[0], spec.n, dtype=np.int64), np.full(xs.shape[0], spec.n0, dtype=np.int64)
-    return counts0, counts0.argmax(dim=1), counts, n, n0, n0 + n
-
-
-def _iss_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
-    """Input-specific sampling: the pilot (own stream) picks the class and k̂; k̂ fresh estimation draws
-    (``reuse_pilot``: k̂ - k0 more, with the pilot counts added, as the reference code does)."""
-    iss, k0 = spec.iss, spec.iss.k0
-    counts0 = _counts(model, xs, indices, spec, num_classes, Phase.PILOT, k0)
-    selected = counts0.argmax(dim=1)
-    check_iss_decline(spec, xs[0].numel())
-    psi = iss_table(
-        spec.n,
-        spec.alpha,
-        spec.certificate,
-        spec.sigma,
-        xs[0].numel(),
-        iss.decline,
-        iss.max_decline,
-        iss.granularity,
-    )  # fmt: skip  (max_decline is in the spec's norm)
-    k_hat = pilot_sample_sizes(_pick(counts0, selected).cpu().numpy(), k0, psi, spec.alpha)
-    n0 = np.full(xs.shape[0], k0, dtype=np.int64)
-    if not iss.reuse_pilot:
-        counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, k_hat)
-        return counts0, selected, counts, k_hat.astype(np.int64), n0, n0 + k_hat
-    warnings.warn(
-        "iss.reuse_pilot=true adds the pilot counts to the Clopper-Pearson bound as the ISS reference code "
-        "does; the sample size depends on those counts, so the 1 - alpha guarantee is not established (use "
-        "the default iss.reuse_pilot=false for certificates)",
-        UnestablishedGuaranteeWarning,
-        stacklevel=3,
-    )
-    extra = np.where(k_hat > 0, np.maximum(k_hat - k0, 0), 0)
-    counts = _counts(model, xs, indices, spec, num_classes, Phase.ESTIMATION, extra)
-    counts = counts + counts0 * torch.as_tensor(k_hat > 0, device=counts.device)[:, None]
-    return counts0, selected, counts, np.where(k_hat > 0, np.maximum(k_hat, k0), 0), n0, n0 + extra
-
-
-def _sequential_draws(model, xs, indices, spec: CertificationSpec, num_classes: int):
-    """Sequential sampling (:mod:`.sequential`): ``n0`` selection draws pick the class; the estimation
-    draws of the inputs still open are taken look by look (all open inputs in one packed call per look),
-    continuing each input's estimation stream, until each input's bucket on the grid is decided."""
-    dim = xs[0].numel()
-    spec = sequential.resolve_grid(spec, dim)
-    counts0 = _counts(model, xs, indices, spec, num_classes, Phase.SELECTION, spec.n0)
-    selected = counts0.argmax(dim=1)
-    counts = torch.zeros_like(counts0)
-
-    def draw(open_: np.ndarray, start: int, stop: int) -> np.ndarray:
-        rows = torch.as_tensor(open_, device=xs.device)
-        more = _counts(
-            model, xs.index_select(0, rows), [indices[j] for j in open_], spec, num_classes,
-            Phase.ESTIMATION, stop - start, first_block=start // spec.noise_block,
-        )  # fmt: skip
-        counts.index_add_(0, rows, more)
-        return _pick(more, selected.index_select(0, rows)).cpu().numpy()
-
-    targets = spec.certificate.threshold(spec.sequential.radii, spec.sigma, dim)
-    looks = sequential.look_schedule(spec)
-    _, n = sequential.estimate(draw, xs.shape[0], looks, spec.bound_alpha, targets)
-    n0 = np.full(xs.shape[0], spec.n0, dtype=np.int64)
-    return counts0, selected, counts, n, n0, n0 + n
+    return count
 
 
 def certify_batch(
@@ -348,18 +270,12 @@ def certify_batch(
 ) -> CertifyResult:
     """CERTIFY every input of ``xs`` (Cohen et al. 2019, Alg. 1), with ``spec.sampling``:
 
-    - ``cohen``: ``cA = argmax`` of the counts of ``n0`` selection draws; ``nA`` = count of ``cA`` among
-      ``n`` fresh estimation draws.
-    - ``iss`` (Chen et al. 2022; roy-ch/Input-Specific-Certification): ``k0`` pilot draws (their own stream)
-      pick ``cA`` and, through their two-sided CP interval and ψ, the sample size ``k̂ ≤ n``; ``nA`` = count
-      of ``cA`` among ``k̂`` fresh estimation draws (k̂ = 0: abstain at once). The pilot never enters the
-      bound, so the guarantee below holds conditionally on it. ``iss.reuse_pilot`` adds the pilot counts as
-      the reference code does (then the bound uses ``max(k̂, k0)`` draws; guarantee not established).
-    - ``sequential`` (:mod:`.sequential`): ``n0`` selection draws pick ``cA``; estimation draws are looked at
-      on a geometric schedule up to ``n`` and stop once the input's bucket on the radius grid is decided;
-      the bound is taken at level α/K (K looks), valid at the data-dependent stop by the union bound.
+    the sampler (:mod:`.samplers`) chooses ``cA`` before estimation (from draws of their own stream) and
+    the estimation draws ``n`` that count it: ``cohen`` n0 selection draws then n fixed; ``iss`` a pilot then
+    an input-specific n; ``sequential`` looks until the input's bucket on the radius grid is decided.
 
-    ``pA_lower`` = one-sided Clopper–Pearson bound at level ``alpha`` (sequential: α/K); abstain (ABSTAIN,
+    ``pA_lower`` = one-sided Clopper–Pearson bound at the row's level (``alpha``; sequential: α spread over
+    its looks, :meth:`~.spec.CertificationSpec.row_levels`); abstain (ABSTAIN,
     radius 0) if it is below 1/2, else the certificate's radius at it (``spec.certificate``; Gaussian L2:
     ``sigma * Phi^-1(pA_lower)``; ``spec.norm="linf"``: divided by
     √d, d the number of input coordinates). With probability >= 1 - alpha per input, the result abstains or
@@ -372,11 +288,12 @@ def certify_batch(
     check_norm_supported(model, spec.norm, spec.noise)
     check_precision_supported(spec.precision, xs.device)
     model = prepare(model, spec)
-    draw = {"cohen": _cohen_draws, "iss": _iss_draws, "sequential": _sequential_draws}[spec.sampling]
-    counts0, selected, counts, n, n0, samples = draw(model, xs, indices, spec, num_classes)
-    n_a0, n_a = _pick(counts0, selected), _pick(counts, selected)
-    selected, n_a0, n_a, counts = (t.cpu().numpy() for t in (selected, n_a0, n_a, counts))
-    pa_lower = clopper_pearson_lower(n_a, n, spec.bound_alpha)
+    dim = xs[0].numel()
+    draws = spec.sampler.draw(spec, counter(model, xs, indices, spec, num_classes), xs.shape[0], dim)
+    n, n0, samples = draws.n, draws.n0, draws.samples
+    n_a0, n_a = pick(draws.counts0, draws.selected), pick(draws.counts, draws.selected)
+    selected, n_a0, n_a, counts = (t.cpu().numpy() for t in (draws.selected, n_a0, n_a, draws.counts))
+    pa_lower = clopper_pearson_lower(n_a, n, draws.level)
     abstain = (pa_lower < 0.5) | (n == 0)
     return CertifyResult(
         index=np.asarray(indices, dtype=np.int64),

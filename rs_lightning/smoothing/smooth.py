@@ -9,7 +9,8 @@ from torch import nn
 
 from .engine import ABSTAIN, certify_batch, predict_batch, prepare
 from .precision import check_precision_supported
-from .spec import CertificationSpec, IssSettings, SequentialSettings
+from .samplers import Sampler
+from .spec import CertificationSpec
 
 
 class Smooth:
@@ -23,7 +24,7 @@ class Smooth:
 
     ``precision`` (``"32"``, ``"bf16"``, ``"16"`` on CUDA), ``channels_last`` and ``compile`` choose how the
     base classifier f is evaluated (see :mod:`rs_lightning.smoothing.precision`: the certificate is for f
-    at that precision). ``certify(..., sampling="iss", iss=IssSettings(...))`` uses input-specific sampling.
+    at that precision). ``certify(..., sampler=InputSpecific(...))`` uses input-specific sampling.
     ``noise`` and ``norm`` select the certificate (:mod:`~rs_lightning.smoothing.certificate`; ``norm`` None =
     the noise's own: L2 for Gaussian, L1 for the others); ``norm="linf"`` states Gaussian radii for the L∞
     ball (σΦ⁻¹(pA_lower)/√d), which a randomized pipeline
@@ -66,7 +67,7 @@ class Smooth:
 
     def _spec(self, **settings) -> CertificationSpec:
         values = self._base_spec.as_dict()
-        values = {k: v for k, v in values.items() if k not in ("iss", "sequential", "n0", "mode")}
+        values = {k: v for k, v in values.items() if k not in ("sampling", "sampler", "n0", "mode")}
         return CertificationSpec(**(values | settings))
 
     def certify(
@@ -78,19 +79,17 @@ class Smooth:
         batch_size: int,
         index: int | None = None,
         *,
-        sampling: str = "cohen",
-        iss: IssSettings | None = None,
-        sequential: SequentialSettings | None = None,
+        sampling: str | None = None,
+        sampler: Sampler | dict | None = None,
     ) -> tuple[int, float]:
         """CERTIFY: ``(class, radius)``, or ``(ABSTAIN, 0.0)``; correct with probability >= 1 - alpha.
 
-        With ``sampling="iss"`` pass ``n0=None`` (the pilot ``iss.k0`` selects the class); ``n`` is then the
-        largest budget. With ``sampling="sequential"`` (``sequential=SequentialSettings(radii=...)``, default
+        ``sampler`` is a sampler (:mod:`.samplers`) or, with ``sampling=`` its name, a dict of its settings;
+        default Cohen's fixed n. With ``InputSpecific(...)`` (``sampling="iss"``) pass ``n0=None`` (the pilot
+        ``k0`` selects the class); ``n`` is then the largest budget. With ``Sequential(radii=...)`` (default
         the report's grid) the draws stop once the radius bucket is decided; ``n`` is the cap.
         """
-        spec = self._spec(
-            n0=n0, n=n, alpha=alpha, batch_size=batch_size, sampling=sampling, iss=iss, sequential=sequential
-        )
+        spec = self._spec(n0=n0, n=n, alpha=alpha, batch_size=batch_size, sampling=sampling, sampler=sampler)
         xs, indices = self._prepare(x, index)
         result = certify_batch(self._classifier, xs, indices, spec, num_classes=self.num_classes)
         return int(result.predict[0]), float(result.radius[0])

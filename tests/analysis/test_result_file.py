@@ -26,7 +26,7 @@ from rs_lightning.analysis.results import (
     shard_table,
 )
 from rs_lightning.certification.execute import check_resume
-from rs_lightning.smoothing import CertificationSpec, IssSettings, certify_batch, predict_batch
+from rs_lightning.smoothing import CertificationSpec, InputSpecific, certify_batch, predict_batch
 from rs_lightning.smoothing.certificate import radius_from_pa
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS
 from rs_lightning.smoothing.stats import clopper_pearson_lower
@@ -196,7 +196,11 @@ def test_rows_are_built_from_engine_results():
     assert [r["correct"] for r in rows] == [1, 0, 0] and rows[0]["predict"] == 1 and rows[2]["predict"] == -1
     assert rows[0]["samples"] == 220 and rows[0]["pA_hat"] == rows[0]["nA"] / 200
     iss = CertificationSpec(
-        sigma=0.5, n=200, alpha=0.001, sampling="iss", iss=IssSettings(max_decline=0.5, k0=20, granularity=10)
+        sigma=0.5,
+        n=200,
+        alpha=0.001,
+        sampling="iss",
+        sampler=InputSpecific(max_decline=0.5, k0=20, granularity=10),
     )
     iss_rows = certify_rows(certify_batch(_TwoClass(), xs, [4, 5, 6], iss, num_classes=2), [1, 1, 0], 0.25)
     assert (
@@ -239,7 +243,7 @@ def test_the_fingerprint_covers_the_identity_a_resume_must_match():
         dataclasses.replace(record, batch_size=7, devices=["cpu", "cpu"], checkpoint="/elsewhere.ckpt"),
     ]
     assert {r.fingerprint() for r in same} == {fingerprint}
-    iss = {"sampling": "iss", "iss": IssSettings(max_decline=0.5, k0=40)}
+    iss = {"sampling": "iss", "sampler": InputSpecific(max_decline=0.5, k0=40)}
     others = [
         _record(spec={"seed": 7}), _record(spec={"precision": "bf16"}), _record(spec=iss),
         _record(checkpoint_sha256="cd" * 32), _record(spec={"sigma": 0.5}), _record(device="cuda"),

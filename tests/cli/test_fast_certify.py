@@ -50,7 +50,7 @@ def test_iss_run_records_per_input_draws_and_refuses_a_resume_with_other_samplin
     summary = certify(certify_config(tmp_path, ckpt, overrides))
     settings = summary["settings"]
     assert settings["sampling"] == "iss" and settings["n0"] is None
-    assert settings["iss"] == {
+    assert settings["sampler"] == {
         "decline": "ad",
         "max_decline": 0.05,
         "k0": 100,
@@ -73,8 +73,8 @@ def test_iss_run_records_per_input_draws_and_refuses_a_resume_with_other_samplin
     # the report reads per-row n (ECDF, budget conversion) and labels the sampling
     assert report_main([str(tmp_path), "--out", str(tmp_path / "report"), "--budgets", "1000", "10000"]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
-    assert "iss ad 0.05 (k0=100; mean n" in text and (tmp_path / "report" / "budget.csv").stat().st_size > 0
-    with pytest.raises(ConfigError, match=r"iss: .*'max_decline': 0.05.* there, .*'max_decline': 0.1"):
+    assert "iss(ad 0.05, k0=100); mean n" in text and (tmp_path / "report" / "budget.csv").stat().st_size > 0
+    with pytest.raises(ConfigError, match=r"sampler: .*'max_decline': 0.05.* there, .*'max_decline': 0.1"):
         certify(certify_config(tmp_path, ckpt, [*overrides[:3], "iss.max_decline=0.1"]))
 
 
@@ -231,7 +231,8 @@ def test_sequential_run_records_its_grid_resumes_and_refuses_another(trained_dig
     summary = certify(certify_config(tmp_path / "a", ckpt, SEQUENTIAL))
     settings = json.loads((tmp_path / "a" / "settings.json").read_text())
     assert settings["sampling"] == "sequential" and settings["n0"] == 100
-    assert settings["sequential"] == {"radii": [0.0, 0.25, 0.5], "first_look": 256, "growth": 1.5}
+    assert settings["sampler"] == {"radii": [0.0, 0.25, 0.5], "first_look": 256, "growth": 1.5, "beta": 0.05,
+                                   "alpha_spending": "even", "abstain_after": None}  # fmt: skip
     rows = read_results(tmp_path / "a" / "certify.tsv")
     assert summary["mean_n"] == pytest.approx(rows["n"].mean()) and rows["n"].mean() < 5000
     assert set(np.unique(rows["n"])) <= {256, 512, 768, 1280, 2048, 3072, 5000}
@@ -242,10 +243,10 @@ def test_sequential_run_records_its_grid_resumes_and_refuses_another(trained_dig
     certify(certify_config(tmp_path / "b", ckpt, SEQUENTIAL))
     without = lambda p: [line.rsplit("\t", 8)[0].rsplit("\t", 1)[0] for line in p.read_text().splitlines()]  # noqa: E731
     assert without(tmp_path / "b" / "certify.tsv") == without(tmp_path / "a" / "certify.tsv")
-    with pytest.raises(ConfigError, match=r"sequential: .* there, .* now"):
+    with pytest.raises(ConfigError, match=r"sampler: .* there, .* now"):
         certify(certify_config(tmp_path / "a", ckpt, [*SEQUENTIAL, "sequential.radii=[0,0.25]"]))
     (tmp_path / "b" / "settings.json").unlink()  # without settings: rows' n must be looks of this run
-    with pytest.raises(ConfigError, match=r"holds rows with n=.* this run has n=6000"):
+    with pytest.raises(ConfigError, match=r"holds rows with n=.* this run has n at a look \(.*, 6000\)"):
         certify(certify_config(tmp_path / "b", ckpt, [*SEQUENTIAL, "n=6000"]))
 
 
@@ -259,7 +260,10 @@ def test_sequential_parts_equal_a_single_run_and_the_report_reads_it(trained_dig
     ]
     assert drop_time(tmp_path / "parts" / "certify.tsv") == drop_time(tmp_path / "one" / "certify.tsv")
     assert report_main([str(tmp_path / "one"), "--out", str(tmp_path / "r")]) == 0
-    assert "sequential (3 radii up to 0.5; mean n" in (tmp_path / "r" / "report.md").read_text()
+    assert (
+        "sequential(3 radii up to 0.5, first look 256, x1.5, beta 0.05); mean n"
+        in (tmp_path / "r" / "report.md").read_text()
+    )
 
 
 @pytest.mark.parametrize(

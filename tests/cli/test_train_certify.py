@@ -174,7 +174,7 @@ def test_callback_command_args_are_certify_py_keys_and_carry_a_given_norm():
     assert None not in args.values()
     assert args["norm"] == "linf" and args["sampling"] == "sequential" and args["precision"] == "bf16"
     assert args["sequential.growth"] == 1.5
-    assert args["sequential.first_look"] == callback.spec.sequential.first_look
+    assert args["sequential.first_look"] == callback.spec.sampler.first_look
     assert (args["n"], args["n0"], args["alpha"], args["seed"]) == (400, 100, 0.001, 0)
     assert (args["start"], args["skip"], args["max"]) == (0, 36, 325)
     assert "norm" not in CertificationCallback(num_inputs=10).certify_command_args(360)  # the checkpoint's

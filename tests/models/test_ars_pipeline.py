@@ -238,7 +238,7 @@ def test_iss_decline_in_linf_units_is_checked():
     with pytest.raises(ConfigError, match="iss.max_decline"):
         certify_batch(pipeline, xs, [0, 1], spec, num_classes=3)
     iss = {"decline": "ad", "max_decline": 0.005}
-    ok = CertificationSpec(sigma=0.5, n=400, batch_size=200, norm="linf", sampling="iss", iss=iss)
+    ok = CertificationSpec(sigma=0.5, n=400, batch_size=200, norm="linf", sampling="iss", sampler=iss)
     result = certify_batch(pipeline, xs, [0, 1], ok, num_classes=3)
     assert (result.n > 0).any()
 

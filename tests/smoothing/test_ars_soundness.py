@@ -99,7 +99,7 @@ def test_sequential_certify_around_an_adaptive_pipeline_is_sound():
     ).eval()
     grid = {"first_look": 256, "radii": [0, 0.25, 0.5]}
     spec = CertificationSpec(sigma=SIGMA, n0=N0, n=4 * N, alpha=ALPHA, batch_size=50_000, norm="linf",
-                             sampling="sequential", sequential=grid)  # fmt: skip
+                             sampling="sequential", sampler=grid)  # fmt: skip
     result = certify_batch(pipeline, xs, range(len(m)), spec, num_classes=2)
     truth = (m > 0).astype(int)
     certified = result.predict != ABSTAIN

@@ -16,7 +16,8 @@ from rs_lightning.models import DigitsCNN
 from rs_lightning.smoothing import (
     ABSTAIN,
     CertificationSpec,
-    IssSettings,
+    Cohen,
+    InputSpecific,
     NonFiniteLogitsError,
     Phase,
     Smooth,
@@ -248,9 +249,9 @@ def test_iss_sample_sizes_edge_cases():
     model, xs = Halfspace(), torch.zeros(3, 1, 1, 2)
     xs[0, 0, 0, 0], xs[1, 0, 0, 0], xs[2, 0, 0, 0] = 0.0, 3.0, -3.0  # pA 0.5, ~1, ~1
     # AD with a large decline: pilots near 1/2 get k̂ = 0, far ones a small k̂ (<= k0 here)
-    iss = IssSettings(decline="ad", max_decline=1.0, k0=400, granularity=10)
+    iss = InputSpecific(decline="ad", max_decline=1.0, k0=400, granularity=10)
     result = certify_batch(
-        model, xs, [0, 1, 2], spec(n0=None, n=1000, sampling="iss", iss=iss), num_classes=2
+        model, xs, [0, 1, 2], spec(n0=None, n=1000, sampling="iss", sampler=iss), num_classes=2
     )
     assert result.n[0] == 0 and result.predict[0] == ABSTAIN and result.pa_hat[0] == 0.0
     assert 0 < result.n[1] <= 400 and result.samples[1] == 400 + result.n[1]
@@ -267,15 +268,17 @@ def test_iss_sample_sizes_edge_cases():
                 n0=None,
                 n=1000,
                 sampling="iss",
-                iss=IssSettings(decline="ad", max_decline=1.0, k0=400, granularity=10, reuse_pilot=True),
+                sampler=InputSpecific(
+                    decline="ad", max_decline=1.0, k0=400, granularity=10, reuse_pilot=True
+                ),
             ),
             num_classes=2,
         )
     assert reused.n.tolist() == [0, 400, 400] and reused.samples.tolist() == [400, 400, 400]
     # RD with a tiny decline: every size is the full budget n
-    tight = IssSettings(decline="rd", max_decline=1e-6, k0=10, granularity=10)
+    tight = InputSpecific(decline="rd", max_decline=1e-6, k0=10, granularity=10)
     full = certify_batch(
-        model, xs[1:], [1, 2], spec(n0=None, n=1000, sampling="iss", iss=tight), num_classes=2
+        model, xs[1:], [1, 2], spec(n0=None, n=1000, sampling="iss", sampler=tight), num_classes=2
     )
     assert full.n.tolist() == [1000, 1000] and full.samples.tolist() == [1010, 1010]
 
@@ -342,4 +345,4 @@ def test_a_prepared_classifier_must_match_the_specs_compile_key():
 
 def test_sampling_names_are_case_insensitive_and_iss_is_ignored_for_cohen():
     spec = CertificationSpec.from_dict({"sigma": 0.5, "sampling": "Cohen", "iss": {"decline": "ad"}})
-    assert spec.sampling == "cohen" and spec.iss is None
+    assert spec.sampling == "cohen" and spec.sampler == Cohen()

@@ -21,8 +21,7 @@ import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
-from rs_lightning.smoothing import CertificationSpec, certify_batch
-from rs_lightning.smoothing.spec import IssSettings
+from rs_lightning.smoothing import CertificationSpec, InputSpecific, certify_batch
 
 GOLDEN = Path(__file__).parent / "data" / "gaussian_rows_1d07e4a.json"
 FIELDS = ("predict", "radius", "n_a", "pa_lower", "n")
@@ -42,7 +41,7 @@ def rows() -> dict:
         "cohen_linf": {"norm": "linf"},
         "iss_ad005": {
             "sampling": "iss", "n0": None,
-            "iss": IssSettings(decline="ad", max_decline=0.05, k0=50, granularity=10),
+            "sampler": InputSpecific(decline="ad", max_decline=0.05, k0=50, granularity=10),
         },
     }  # fmt: skip
     out = {}

@@ -6,7 +6,7 @@ import pytest
 from scipy.stats import beta, norm
 
 from rs_lightning.smoothing.certificate import Certificate
-from rs_lightning.smoothing.iss import (
+from rs_lightning.smoothing.samplers.iss import (
     PA_GRID,
     iss_table,
     pilot_sample_sizes,

@@ -25,10 +25,9 @@ from stat_testing import (
     miss_probability,
 )
 
-from rs_lightning.smoothing import ABSTAIN, CertificationSpec, certify_batch
+from rs_lightning.smoothing import ABSTAIN, CertificationSpec, InputSpecific, certify_batch
 from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.noise import standard_noise_block
-from rs_lightning.smoothing.spec import IssSettings
 
 SIGMA, ALPHA, N0, N = 0.5, 0.05, 64, 1000
 INPUTS, BOUNDARY_INPUTS = 4000, 2000
@@ -168,10 +167,10 @@ def test_input_specific_and_sequential_sampling_are_sound_with_other_noises(nois
     0.82-0.95 when written). Catches a radius off by the scale (Laplace radii × √2: ~3,600 failures against a
     limit of 269) and the Gaussian radius stated for Laplace noise (~500 failures)."""
     margins = margins_of(noise)
-    iss = IssSettings(decline="ad", max_decline=0.05, k0=50, granularity=10) if sampling == "iss" else None
+    iss = InputSpecific(decline="ad", max_decline=0.05, k0=50, granularity=10) if sampling == "iss" else None
     spec = CertificationSpec(
         sigma=SIGMA, n0=None if iss else N0, n=N, alpha=ALPHA, noise=noise, norm="l1", sampling=sampling,
-        iss=iss,
+        sampler=iss,
     )  # fmt: skip
     result = certify_batch(Halfspace(), halfspace_inputs(margins), range(len(margins)), spec, num_classes=2)
     truth = (margins > 0).astype(int)

@@ -13,9 +13,9 @@ import torch
 from scipy.stats import beta, binom, norm
 from stat_testing import Halfspace, cp_lower, halfspace_inputs
 
-from rs_lightning.smoothing import ABSTAIN, CertificationSpec, SequentialSettings, certify_batch
-from rs_lightning.smoothing import sequential as seq
+from rs_lightning.smoothing import ABSTAIN, CertificationSpec, Sequential, certify_batch
 from rs_lightning.smoothing.certificate import Certificate
+from rs_lightning.smoothing.stats import clopper_pearson_lower
 from rs_lightning.validation import ConfigError
 
 SIGMA, ALPHA = 0.5, 0.05
@@ -25,13 +25,24 @@ LIMIT = 1e-6  # acceptance quantiles of the exact binomial law
 
 def spec(**overrides) -> CertificationSpec:
     values = dict(sigma=SIGMA, n=20_000, alpha=ALPHA, batch_size=20_000, sampling="sequential")
-    values["sequential"] = SequentialSettings(radii=RADII, first_look=256, growth=1.5)
+    values["sampler"] = Sequential(radii=RADII, first_look=256, growth=1.5)
     return CertificationSpec(**(values | overrides))
 
 
-def simulate(p: np.ndarray, looks, level, targets, rng) -> tuple[np.ndarray, np.ndarray]:
-    """The real stopping rule (:func:`seq.estimate`) on Binomial draws of known p: ``(n_a, n)``."""
-    return seq.estimate(lambda open_, a, b: rng.binomial(b - a, p[open_]), len(p), looks, level, targets)
+class Peeking(Sequential):
+    """The peeking bug: a fixed-n bound at level alpha at every look."""
+
+    def levels(self, spec, n, n_a0, dim=None):
+        return np.full(np.shape(n), spec.alpha)
+
+
+def simulate(
+    p: np.ndarray, s: CertificationSpec, rng, sampler=None, n_a0=None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The real stopping rule (:meth:`Sequential.estimate`) on Binomial draws of known p: ``(n_a, n)``."""
+    sampler = s.sampler if sampler is None else sampler
+    n_a0 = np.zeros(len(p), dtype=np.int64) if n_a0 is None else n_a0
+    return sampler.estimate(s, lambda open_, starts, stop: rng.binomial(stop - starts, p[open_]), n_a0, None)
 
 
 # ---------------------------------------------------------------- the schedule
@@ -39,7 +50,7 @@ def simulate(p: np.ndarray, looks, level, targets, rng) -> tuple[np.ndarray, np.
 
 def test_the_schedule_is_geometric_in_whole_blocks_and_ends_at_n():
     default = CertificationSpec(sigma=0.25, n=100_000, sampling="sequential")
-    looks = seq.look_schedule(default)
+    looks = default.sampler.schedule(default)
     assert looks[0] == 1024 and looks[-1] == 100_000 and (np.diff(looks) > 0).all()
     assert (looks[:-1] % 256 == 0).all()  # each look continues the per-input noise stream at a block
     ratios = looks[1:-1] / looks[:-2]
@@ -59,7 +70,7 @@ def test_the_confidence_sequence_covers_under_continuous_monitoring(p):
     every look (peeking), whose crossing rate is computed here from 200,000 paths and must fail the same
     limit with probability > 99%; and the bound's parameters of the upper side used for the lower."""
     s = spec(n=10_000)
-    looks, level = seq.look_schedule(s), s.bound_alpha
+    looks, level = s.sampler.schedule(s), s.bound_alpha
     rng = np.random.default_rng(int(p * 1000))
 
     def crossing_rate(paths: int, at: float, side: str) -> float:
@@ -80,9 +91,7 @@ def test_the_confidence_sequence_covers_under_continuous_monitoring(p):
     assert binom.cdf(high, paths, peeking) < 0.01, peeking  # the peeking bug would fail the limit
     # the engine's own bounds are these (scipy) bounds at alpha/K
     k = np.arange(0, 1001, 37)
-    np.testing.assert_allclose(
-        seq.clopper_pearson_lower(k, 1000, level), cp_lower(k, 1000, level), rtol=1e-12
-    )
+    np.testing.assert_allclose(clopper_pearson_lower(k, 1000, level), cp_lower(k, 1000, level), rtol=1e-12)
 
 
 def test_optional_stopping_just_below_a_grid_threshold():
@@ -91,18 +100,20 @@ def test_optional_stopping_just_below_a_grid_threshold():
     peeking (a fixed-n bound at level alpha checked at every look and stopped on), whose failure rate is
     simulated here and fails the same limit with probability > 99%."""
     s = spec()
-    looks, targets = seq.look_schedule(s), Certificate().threshold(RADII, SIGMA)
+    targets = Certificate().threshold(RADII, SIGMA)
     p = np.full(4000, norm.cdf(0.5 / SIGMA) - 1e-4)
     rng = np.random.default_rng(1)
+    peeking = Peeking(**{f: getattr(s.sampler, f) for f in ("radii", "first_look", "growth", "beta")})
 
-    def wrong(level: float, count: int) -> int:
-        n_a, n = simulate(np.resize(p, count), looks, level, targets, rng)
+    def wrong(sampler, count: int) -> int:
+        n_a, n = simulate(np.resize(p, count), s, rng, sampler)
+        level = sampler.levels(s, n, np.zeros(count))
         return int((cp_lower(n_a, n, level) >= targets[2]).sum())
 
     high = binom.ppf(1 - LIMIT, len(p), ALPHA)
-    count = wrong(s.bound_alpha, len(p))
+    count = wrong(s.sampler, len(p))
     assert count <= high, (count, high)
-    peeking_rate = wrong(ALPHA, 40_000) / 40_000
+    peeking_rate = wrong(peeking, 40_000) / 40_000
     assert binom.cdf(high, len(p), peeking_rate) < 0.01, peeking_rate
 
 
@@ -110,10 +121,10 @@ def test_the_stopping_rule_stops_where_the_bucket_is_decided_and_saves_draws():
     """Catches a rule that never stops early (every input at n), or one that stops before the bucket is
     decided (an input between thresholds stopped while its interval still spans one)."""
     s = spec(n=100_000)
-    looks, level, targets = seq.look_schedule(s), s.bound_alpha, Certificate().threshold(RADII, SIGMA)
+    looks, level, targets = s.sampler.schedule(s), s.bound_alpha, Certificate().threshold(RADII, SIGMA)
     rng = np.random.default_rng(2)
     p = np.r_[np.full(500, 0.9999), np.full(500, 0.35), np.full(500, norm.cdf(0.37 / SIGMA))]
-    n_a, n = simulate(p, looks, level, targets, rng)
+    n_a, n = simulate(p, s, rng)
     lower, upper = cp_lower(n_a, n, level), 1 - cp_lower(n - n_a, n, level)
     assert np.isin(n, looks).all()
     stopped_early = n < s.n
@@ -145,7 +156,7 @@ def test_sequential_certify_is_sound_on_the_halfspace():
     result = certify_batch(Halfspace(), halfspace_inputs(margins), range(len(margins)), s, num_classes=2)
     count = int(failures(result, margins).sum())
     assert count <= binom.ppf(1 - LIMIT, len(margins), ALPHA), count
-    looks = seq.look_schedule(s)
+    looks = s.sampler.schedule(s)
     assert np.isin(result.n, looks).all() and (result.samples == s.n0 + result.n).all()
     np.testing.assert_allclose(result.pa_lower, cp_lower(result.n_a, result.n, s.bound_alpha), rtol=1e-10)
     ok = result.predict != ABSTAIN
@@ -218,28 +229,29 @@ def test_the_first_n_draws_are_cohens_estimation_draws():
 )
 def test_bad_sequential_settings_name_the_key(sequential, key):
     with pytest.raises(ConfigError, match=rf"^{key}="):
-        CertificationSpec(sigma=0.25, sampling="sequential", sequential=sequential)
+        CertificationSpec(sigma=0.25, sampling="sequential", sampler=sequential)
 
 
 def test_a_grid_above_the_largest_certifiable_radius_is_refused_and_the_default_is_resolved():
-    s = CertificationSpec(sigma=0.25, n=10_000, sampling="sequential", sequential={"radii": [0, 1.0]})
+    s = CertificationSpec(sigma=0.25, n=10_000, sampling="sequential", sampler={"radii": [0, 1.0]})
     with pytest.raises(ConfigError, match=r"sequential.radii=\[0.0, 1.0\].*largest L2 radius certifiable"):
-        seq.resolve_grid(s, 64)
-    resolved = seq.resolve_grid(CertificationSpec(sigma=0.25, n=100_000, sampling="sequential"), 64)
-    assert resolved.sequential.radii == (0.0, 0.25, 0.5, 0.75)  # the report's grid up to the cap 0.93
-    linf = seq.resolve_grid(CertificationSpec(sigma=0.25, sampling="sequential", norm="linf"), 784)
-    assert linf.sequential.radii[1] == pytest.approx(1 / 255, abs=1e-6) and len(linf.sequential.radii) == 9
-    with pytest.raises(ConfigError, match="^sequential="):
-        CertificationSpec(sigma=0.25, sequential={"radii": [0, 0.25]})  # another sampler
+        s.resolved(64)
+    resolved = CertificationSpec(sigma=0.25, n=100_000, sampling="sequential").resolved(64)
+    assert resolved.sampler.radii == (0.0, 0.25, 0.5, 0.75)  # the report's grid up to the cap 0.93
+    linf = CertificationSpec(sigma=0.25, sampling="sequential", norm="linf").resolved(784)
+    assert linf.sampler.radii[1] == pytest.approx(1 / 255, abs=1e-6) and len(linf.sampler.radii) == 9
+    with pytest.raises(ConfigError, match="^cohen="):
+        CertificationSpec(sigma=0.25, sampling="cohen", sampler={"radii": [0, 0.25]})  # another sampler's
 
 
 def test_the_smooth_api_certifies_sequentially():
-    """``Smooth.certify(..., sampling="sequential")``: margin 2σ (true radius 1.0) lands in the top bucket."""
+    """``Smooth.certify(..., sampler=Sequential(...))``: margin 2σ (true radius 1.0) lands in the top
+    bucket."""
     from rs_lightning.smoothing import Smooth
 
     smooth = Smooth(Halfspace(), num_classes=2, sigma=SIGMA)
     label, radius = smooth.certify(
         torch.tensor([[[1.0, 0.0]]]), n0=64, n=5000, alpha=ALPHA, batch_size=1000, sampling="sequential",
-        sequential=SequentialSettings(radii=RADII),
+        sampler=Sequential(radii=RADII),
     )  # fmt: skip
     assert label == 1 and 0.75 <= radius <= 1.0

@@ -28,12 +28,12 @@ from stat_testing import (
 from rs_lightning.smoothing import (
     ABSTAIN,
     CertificationSpec,
-    IssSettings,
+    InputSpecific,
     certify_batch,
-    iss_table,
     predict_batch,
 )
 from rs_lightning.smoothing.certificate import Certificate
+from rs_lightning.smoothing.samplers.iss import iss_table
 
 SIGMA, ALPHA, N0, N = 0.5, 0.05, 64, 1000
 SPREAD_INPUTS, BOUNDARY_INPUTS = 5000, 4000
@@ -156,7 +156,7 @@ def iss_margins() -> np.ndarray:
     return np.concatenate([magnitude, -magnitude])
 
 
-ISS = IssSettings(decline="ad", max_decline=0.05 * SIGMA, k0=50, granularity=10)
+ISS = InputSpecific(decline="ad", max_decline=0.05 * SIGMA, k0=50, granularity=10)
 
 
 def test_iss_default_mode_is_sound_given_its_pilot():
@@ -166,7 +166,7 @@ def test_iss_default_mode_is_sound_given_its_pilot():
     failures far from the boundary: the boundary test below is the one with power against it. Tightness:
     the certificates track the true radius, with k̂ below n on average."""
     margins = iss_margins()
-    result = certify(margins, sampling="iss", iss=ISS)
+    result = certify(margins, sampling="iss", sampler=ISS)
     assert ((result.n >= 0) & (result.n <= N)).all() and (result.samples == ISS.k0 + result.n).all()
     probabilities = conditional_failure_probability(margins, SIGMA, result.selected, result.n, ALPHA)
     low, high = acceptance_region(probabilities)
@@ -187,7 +187,7 @@ def test_iss_at_the_boundary_default_is_sound_and_reusing_the_pilot_is_not():
     computed miss probabilities < 1%: pilot counts added to the bound, and a pilot drawn from the
     estimation stream (its draws then enter the bound too; both certify at ~2·alpha here)."""
     margins = np.zeros(BOUNDARY_INPUTS)
-    iss = IssSettings(decline="rd", max_decline=0.05, k0=N // 2, granularity=10)
+    iss = InputSpecific(decline="rd", max_decline=0.05, k0=N // 2, granularity=10)
     psi = iss_table(N, ALPHA, Certificate(), SIGMA, None, iss.decline, iss.max_decline, iss.granularity)
     rate = iss_boundary_certify_rate(N, iss.k0, ALPHA, psi)
     limits = binom.ppf(1e-6, BOUNDARY_INPUTS, rate), binom.ppf(1 - 1e-6, BOUNDARY_INPUTS, rate)
@@ -197,14 +197,14 @@ def test_iss_at_the_boundary_default_is_sound_and_reusing_the_pilot_is_not():
             limits[0] - 1, BOUNDARY_INPUTS, bug_rate
         )
         assert miss < MAX_MISS, bug
-    result = certify(margins, sampling="iss", iss=iss)
+    result = certify(margins, sampling="iss", sampler=iss)
     assert (result.n > 0).mean() > 0.9  # RD plans large samples near pA = 1/2: the test is not vacuous
     low, high = acceptance_region(
         conditional_failure_probability(margins, SIGMA, result.selected, result.n, ALPHA)
     )
     assert low <= int((result.predict != ABSTAIN).sum()) <= high
     with pytest.warns(UserWarning, match="not established"):
-        reused = certify(margins, sampling="iss", iss=dataclasses.replace(iss, reuse_pilot=True))
+        reused = certify(margins, sampling="iss", sampler=dataclasses.replace(iss, reuse_pilot=True))
     assert int((reused.predict != ABSTAIN).sum()) > high
 
 

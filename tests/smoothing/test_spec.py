@@ -4,25 +4,29 @@ import json
 
 import pytest
 
-from rs_lightning.smoothing import CertificationSpec, IssSettings
+from rs_lightning.smoothing import CertificationSpec, Cohen, InputSpecific
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS
 from rs_lightning.validation import ConfigError
 
 
 def test_defaults_and_round_trip():
     spec = CertificationSpec(sigma=0.25)
-    assert (spec.n0, spec.n, spec.alpha, spec.precision, spec.sampling, spec.iss) == (
+    assert (spec.n0, spec.n, spec.alpha, spec.precision, spec.sampling, spec.sampler) == (
         100,
         100_000,
         0.001,
         "32",
         "cohen",
-        None,
+        Cohen(),
     )
     stored = json.loads(json.dumps(spec.as_dict()))
     assert CertificationSpec.from_dict(stored) == spec
     iss = CertificationSpec(sigma=0.5, sampling="iss", precision=32)
-    assert iss.n0 is None and iss.iss == IssSettings("ad", 0.05, 1000, 200, False) and iss.precision == "32"
+    assert (
+        iss.n0 is None
+        and iss.sampler == InputSpecific("ad", 0.05, 1000, 200, False)
+        and iss.precision == "32"
+    )
     assert CertificationSpec.from_dict(json.loads(json.dumps(iss.as_dict()))) == iss
     assert set(iss.protocol()) == set(PROTOCOL_KEYS)
 
@@ -67,9 +71,9 @@ def test_defaults_and_round_trip():
     ],
 )
 def test_every_bad_value_is_rejected_naming_key_value_and_range(kwargs, key, allowed):
-    values = {"sigma": 0.25} | kwargs
+    values = {"sigma": 0.25} | kwargs  # a sampler's settings as a config gives them: the node of its name
     with pytest.raises(ConfigError, match=rf"^{key}=.* is invalid: {key} must be .*{allowed}"):
-        CertificationSpec(**values)
+        CertificationSpec.from_dict(values)
 
 
 def test_prefix_names_the_callback_key():

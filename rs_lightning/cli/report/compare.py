@@ -41,17 +41,15 @@ DOMINANCE_COLUMNS = ("sigma", "a", "b", "relation", "crossings", "acr_a", "acr_b
 
 
 def _sampling(run: Run) -> str | None:
-    """``cohen``, ``iss ad 0.05 (k0=1000; mean n …)`` or ``sequential (… radii up to …; mean n …)``."""
+    """``cohen``, or the sampler's description with the mean estimation draws (``sampling=iss(ad 0.05,
+    k0=1000); mean n …``)."""
     protocol = run.protocol()
-    seq = protocol.get("sequential")
-    if protocol["sampling"] == "sequential" and isinstance(seq, dict) and seq.get("radii"):
-        return f"sequential ({len(seq['radii'])} radii up to {seq['radii'][-1]:g}; mean n {run.mean_n:.0f})"
-    if protocol["sampling"] != "iss" or not isinstance(protocol["iss"], dict):
+    if protocol["sampling"] is None or run.settings.mode == "predict":
         return protocol["sampling"]
-    iss = protocol["iss"]
-    reuse = ", reuse_pilot" if iss.get("reuse_pilot") else ""
-    decline = f"{iss.get('decline')} {iss.get('max_decline'):g}"
-    return f"iss {decline} (k0={iss.get('k0')}{reuse}; mean n {run.mean_n:.0f})"
+    spec = run.settings.spec
+    if spec.sampler.fixed_n:
+        return spec.sampling
+    return f"{spec.sampler.describe(spec).removeprefix('sampling=')}; mean n {run.mean_n:.0f}"
 
 
 def _norm(run: Run) -> str:
