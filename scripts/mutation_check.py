@@ -39,6 +39,21 @@ MUTANTS = [
         "tests/smoothing/test_sequential.py::test_the_first_n_draws_are_cohens_estimation_draws",
     ),
     (
+        "sequential beta in the certificate (the stop-only upper bound's level)",
+        "rs_lightning/smoothing/samplers/sequential.py",
+        "return Draws(counts0, selected, counts, n, n0, n0 + n, sampler.levels(spec, n, n_a0, dim))",
+        "return Draws(counts0, selected, counts, n, n0, n0 + n,"
+        " sampler.stop_level(spec, sampler.levels(spec, n, n_a0, dim)))",
+        "tests/smoothing/test_sequential_levers.py::test_beta_only_decides_when_to_stop_never_the_certificate",
+    ),
+    (
+        "sequential selection spending over alpha (alpha/2 plus alpha/K at the other looks)",
+        "rs_lightning/smoothing/samplers/sequential.py",
+        "rest = spec.alpha / (2 * others) if others else spec.alpha",
+        "rest = spec.alpha / len(looks)",
+        "tests/smoothing/test_sequential_levers.py::test_selection_spending_sums_to_alpha_over_each_inputs_looks",
+    ),
+    (
         "cp off-by-one (k+1, n-k)",
         "rs_lightning/smoothing/stats.py",
         "bound = beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)",
