@@ -152,7 +152,7 @@ class CertificationCallback(pl.Callback):
             if (
                 key == "sampler"
             ):  # as certify.py takes it (sequential.radii=...); null only where not the default
-                defaults = dataclasses.asdict(type(self.spec.sampler)())
+                defaults = type(self.spec.sampler).defaults()
                 args |= {f"{self.spec.sampling}.{k}": "null" if v is None else v
                          for k, v in value.items() if v is not None or defaults[k] is not None}  # fmt: skip
             elif isinstance(value, dict):

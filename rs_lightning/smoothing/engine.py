@@ -21,7 +21,6 @@ from .noise import NOISE_BLOCK, Phase, block_sizes, standard_noise_block
 from .pipeline import pipeline_of
 from .precision import BaseClassifier, NonFiniteLogitsError, as_base_classifier, check_precision_supported
 from .samplers.base import Count, pick
-from .samplers.iss import UnestablishedGuaranteeWarning  # noqa: F401 (re-exported)
 from .spec import CertificationSpec
 from .stats import (
     clopper_pearson_lower,

@@ -8,7 +8,6 @@ call of :func:`register_sampler` from the user's own code); ``sampling=<name>`` 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
 from rs_lightning.validation import ConfigError
@@ -48,7 +47,7 @@ def check_unused_settings(values: Mapping, sampling: str, prefix: str = "") -> N
         node = values.get(name)
         if name == sampling or not isinstance(node, Mapping):
             continue
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        defaults = cls.defaults()
         for key, value in node.items():
             if key not in defaults:
                 raise ConfigError(f"{prefix}{name}.{key}", value, f"a key of {name}: " + ", ".join(defaults))

@@ -93,6 +93,11 @@ class Sampler:
             raise ConfigError(cls.name, values, f"settings of sampling={cls.name} ({cls.__name__})")
         return values.validated(spec)
 
+    @classmethod
+    def defaults(cls) -> dict:
+        """Each setting's default, by name."""
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
     def validated(self, spec: CertificationSpec) -> Sampler:
         """Check each setting against the common ones; return the settings with defaults resolved."""
         return self

@@ -159,6 +159,11 @@ class Sequential(Sampler):
         block = spec.noise_block
         return int(min(spec.n, max(block, math.ceil(draws / block - 1e-9) * block)))
 
+    def agreeing_schedule(self, spec: CertificationSpec, dim: int | None) -> np.ndarray:
+        """The looks of an input whose n0 draws all agree (``alpha_spending=selection``): the schedule and
+        :meth:`agreeing_look`."""
+        return np.union1d(self.schedule(spec), [self.agreeing_look(spec, dim)])
+
     def looks(self, spec: CertificationSpec) -> int:
         extra = self.alpha_spending == "selection"
         return len(self.schedule(spec)) + int(extra)
@@ -175,7 +180,7 @@ class Sequential(Sampler):
         if self.alpha_spending == "selection":
             agreeing = np.asarray(n_a0) == spec.n0
             if agreeing.any():
-                base = np.union1d(base, [self.agreeing_look(spec, dim)])
+                base = self.agreeing_schedule(spec, dim)
         return base, agreeing
 
     def levels(self, spec: CertificationSpec, n, n_a0, dim: int | None = None) -> np.ndarray:
@@ -189,7 +194,7 @@ class Sequential(Sampler):
             return out
         n_a0 = np.asarray(n_a0)
         special = self.agreeing_look(spec, dim)
-        others = len(np.union1d(looks, [special])) - 1
+        others = len(self.agreeing_schedule(spec, dim)) - 1
         agreeing = n_a0 == spec.n0
         rest = spec.alpha / (2 * others) if others else spec.alpha
         out[agreeing] = np.where(n[agreeing] == special, spec.alpha / 2 if others else spec.alpha, rest)
