@@ -53,11 +53,15 @@ def pa_ecdf(pa, grid=ECDF_GRID) -> np.ndarray:
     return (pa[None, :] >= grid[:, None] - 1e-12).mean(axis=1)
 
 
-def summarize(radius, correct, predict, pa_hat, *, radii, n=None, samples=None, ecdf_grid=ECDF_GRID) -> dict:
+def summarize(
+    radius, correct, predict, pa_hat, *, radii, n=None, samples=None, floor=None, ecdf_grid=ECDF_GRID
+) -> dict:
     """The ``summary.json`` metrics of one certification run (keys: docs/certification.md, "Output files").
 
     ``n`` (estimation draws per input) and ``samples`` (all draws per input) add their means ``mean_n`` and
-    ``mean_samples`` (input-specific sampling makes them vary by input).
+    ``mean_samples`` (input-specific sampling makes them vary by input); ``floor`` (each input's oracle
+    floor, :meth:`~rs_lightning.smoothing.samplers.base.Sampler.oracle_floor`) adds ``mean_oracle_floor``
+    and ``draws_over_floor`` = mean ``n`` ÷ mean floor (how far the run is from the physical limit).
     """
     correct = np.asarray(correct, dtype=bool)
     pa = true_label_pa(correct, pa_hat)
@@ -66,6 +70,11 @@ def summarize(radius, correct, predict, pa_hat, *, radii, n=None, samples=None, 
     for key, values in (("mean_n", n), ("mean_samples", samples)):
         if values is not None:
             extra[key] = float(np.mean(values)) if np.size(values) else 0.0
+    if floor is not None and n is not None:
+        extra["mean_oracle_floor"] = float(np.mean(floor)) if np.size(floor) else 0.0
+        extra["draws_over_floor"] = (
+            extra["mean_n"] / extra["mean_oracle_floor"] if np.sum(floor) > 0 else None
+        )
     return extra | {
         "num_inputs": int(correct.size),
         "acr": average_certified_radius(radius, correct),

@@ -42,6 +42,11 @@ def format_summary(record: RunSummary) -> str:
     ]
     if not spec.sampler.fixed_n:
         lines.append(f"  mean estimation draws n    {summary['mean_n']:.0f} of at most {spec.n}")
+    if summary.get("draws_over_floor") is not None:
+        lines.append(
+            f"  draws / oracle floor       {summary['draws_over_floor']:.2f} (mean floor "
+            f"{summary['mean_oracle_floor']:.0f}: Wald's bound at each row's p̂, docs/certification.md)"
+        )
     lines.append("  radius   certified accuracy")
     lines += [f"  {float(r):<8g} {a:.4f}" for r, a in summary["certified_accuracy"].items()]
     ecdf = dict(zip(summary["pa_ecdf"]["x"], summary["pa_ecdf"]["y"], strict=True))
@@ -80,6 +85,7 @@ def finish_run(out: Path, settings: RunRecord, radius_step: float | None = None)
             radii=radii,
             n=rows["n"],
             samples=rows.get("samples"),
+            floor=spec.sampler.oracle_floor(spec, rows["nA"], rows["n"], settings.dim),
         )
     else:
         metrics = summarize_predictions(rows["predict"], rows["correct"])

@@ -7,6 +7,8 @@ on p_A certifies (the radius) is the certificate's: :mod:`.certificate`.
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import brentq
+from scipy.special import rel_entr
 from scipy.stats import beta, binomtest
 
 
@@ -51,3 +53,35 @@ def top_two_pvalue(n_top: int, n_second: int) -> float:
     if total == 0:
         return 1.0
     return float(binomtest(int(n_top), total, 0.5).pvalue)
+
+
+def clopper_pearson_reach(t: float, n: int, alpha: float) -> float:
+    """The smallest share p̂ = k/n (k taken as continuous) whose lower bound at ``n`` draws reaches ``t``:
+    ``BetaInv(alpha; p̂n, n - p̂n + 1) = t``; 1 where even n of n draws stay below t. An input whose p_A is
+    below it is more likely than not to miss t after all n draws."""
+    gap = lambda share: float(beta.ppf(alpha, share * n, n - share * n + 1)) - t  # noqa: E731
+    top = 1 - 1e-12
+    if t <= 0:
+        return 0.0
+    if gap(top) < 0:
+        return 1.0
+    return float(brentq(gap, min(t, top), top, xtol=1e-12))
+
+
+def bernoulli_kl(p, q):
+    """KL(Bernoulli(p) ‖ Bernoulli(q)) in nats, with 0·ln 0 = 0 (inf where q is 0 or 1 and p is not)."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    return rel_entr(p, q) + rel_entr(1 - p, 1 - q)
+
+
+def oracle_draws(p, lower, upper, alpha: float, beta_: float, cap: int):
+    """The fewest draws an oracle that knows p needs, per input, to decide p's bucket [lower, upper):
+    Wald's bound (Wald, *Sequential Analysis*, 1947, §3; the lower bound on the expected sample size of a
+    sequential test) ``max[ln(1/alpha)/KL(p‖lower), ln(1/beta_)/KL(p‖upper)]``, a term dropped where its
+    threshold is NaN (no bucket below, or the top bucket), capped at ``cap``; at p = lower or upper the
+    bound is infinite, so the cap."""
+    p, lower, upper = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (p, lower, upper)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.where(np.isnan(lower), 0.0, np.log(1 / alpha) / bernoulli_kl(p, np.nan_to_num(lower)))
+        high = np.where(np.isnan(upper), 0.0, np.log(1 / beta_) / bernoulli_kl(p, np.nan_to_num(upper)))
+    return np.minimum(np.maximum(low, high), float(cap))

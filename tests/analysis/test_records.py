@@ -35,7 +35,8 @@ def test_the_stored_form_is_the_settings_dict_with_a_format_tag():
     every = dict.fromkeys(f.name for f in dataclasses.fields(RunRecord))
     assert stored == {**every, **spec.as_dict(), **extra, "format": 2}
     assert stored["sampler"] == {"radii": None, "first_look": 256, "growth": 1.5, "beta": 0.05,
-                                 "alpha_spending": "even", "abstain_after": None}  # fmt: skip
+                                 "alpha_spending": "selection", "abstain_after": None,
+                                 "futility": True}  # fmt: skip
     assert RunRecord.from_dict(json.loads(json.dumps(stored))).spec == spec
     summary = RunSummary({"acr": 0.5, "num_inputs": 3}, {"seconds": 1.0}, record)
     assert list(summary.to_dict()) == ["acr", "num_inputs", "throughput", "settings", "format"]
@@ -65,9 +66,12 @@ def test_every_archived_run_loads_with_all_it_recorded(folder):
         getattr(record, key) == value for key, value in stored.items() if key not in {"format", *samplers}
     )
     sampling = stored.get("sampling", "cohen")
-    settings = stored.get(sampling)
     later = SAMPLERS[sampling].added_later
-    assert record.sampler == ({} if settings is None else later | settings)  # Cohen's: no settings
+    if "sampler" in stored:  # format 2: the sampler's settings, all of them, under "sampler"
+        assert record.sampler == (stored["sampler"] or {})
+    else:
+        settings = stored.get(sampling)
+        assert record.sampler == ({} if settings is None else later | settings)  # Cohen's: no settings
     assert record.spec.sampler.as_dict() == record.sampler or sampling == "cohen"
     assert all(
         getattr(record, key) == value for key, value in SETTINGS_ADDED_LATER.items() if key not in stored

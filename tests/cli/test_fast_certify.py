@@ -16,7 +16,7 @@ from rs_lightning.cli.certify import certify
 from rs_lightning.cli.report import main as report_main
 from rs_lightning.cli.train import train
 from rs_lightning.models.checkpoint import CheckpointError
-from rs_lightning.smoothing import NonFiniteLogitsError
+from rs_lightning.smoothing import CertificationSpec, NonFiniteLogitsError, Sequential
 from rs_lightning.validation import ConfigError
 
 SUBSET = ["n=400", "skip=9"]  # 40 of the 360 test digits
@@ -232,9 +232,21 @@ def test_sequential_run_records_its_grid_resumes_and_refuses_another(trained_dig
     settings = json.loads((tmp_path / "a" / "settings.json").read_text())
     assert settings["sampling"] == "sequential" and settings["n0"] == 100
     assert settings["sampler"] == {"radii": [0.0, 0.25, 0.5], "first_look": 256, "growth": 1.5, "beta": 0.05,
-                                   "alpha_spending": "even", "abstain_after": None}  # fmt: skip
+                                   "alpha_spending": "selection", "abstain_after": None,
+                                   "futility": True}  # fmt: skip
     rows = read_results(tmp_path / "a" / "certify.tsv")
     assert summary["mean_n"] == pytest.approx(rows["n"].mean()) and rows["n"].mean() < 5000
+    # the run reports its distance from the oracle floor (from its own rows)
+    recorded = CertificationSpec(
+        sigma=settings["sigma"],
+        n0=100,
+        n=5000,
+        alpha=settings["alpha"],
+        sampler=Sequential(**(settings["sampler"] | {"radii": (0.0, 0.25, 0.5)})),
+    )
+    floor = recorded.sampler.oracle_floor(recorded, rows["nA"], rows["n"], 64)
+    assert summary["mean_oracle_floor"] == pytest.approx(floor.mean()) and 0 < floor.mean() <= 5000
+    assert summary["draws_over_floor"] == pytest.approx(rows["n"].mean() / floor.mean())
     assert set(np.unique(rows["n"])) <= {256, 512, 768, 1280, 2048, 3072, 5000}
     # resume: a run killed mid-row, then rerun, equals the uninterrupted one (and a grid change is refused)
     lines = (tmp_path / "a" / "certify.tsv").read_text().splitlines()
@@ -260,10 +272,9 @@ def test_sequential_parts_equal_a_single_run_and_the_report_reads_it(trained_dig
     ]
     assert drop_time(tmp_path / "parts" / "certify.tsv") == drop_time(tmp_path / "one" / "certify.tsv")
     assert report_main([str(tmp_path / "one"), "--out", str(tmp_path / "r")]) == 0
-    assert (
-        "sequential(3 radii up to 0.5, first look 256, x1.5, beta 0.05); mean n"
-        in (tmp_path / "r" / "report.md").read_text()
-    )
+    text = (tmp_path / "r" / "report.md").read_text()
+    described = "sequential(3 radii up to 0.5, first look 256, x1.5, beta 0.05, alpha by selection, futility)"
+    assert f"{described}; mean n" in text and "; draws / oracle floor " in text
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,9 @@ LIMIT = 1e-6  # acceptance quantiles of the exact binomial law
 
 def spec(**overrides) -> CertificationSpec:
     values = dict(sigma=SIGMA, n=20_000, alpha=ALPHA, batch_size=20_000, sampling="sequential")
-    values["sampler"] = Sequential(radii=RADII, first_look=256, growth=1.5)
+    values["sampler"] = Sequential(
+        radii=RADII, first_look=256, growth=1.5, alpha_spending="even", futility=False
+    )
     return CertificationSpec(**(values | overrides))
 
 

@@ -1,6 +1,6 @@
-"""The sequential sampler's levers (``beta``, ``alpha_spending``, ``abstain_after``): each keeps the
-certificate sound. Bounds are recomputed with scipy (``stat_testing.cp_lower``); each test names the bug it
-exists to catch."""
+"""The sequential sampler's levers (``beta``, ``alpha_spending``, ``abstain_after``; ``futility`` in
+test_oracle_floor.py): each keeps the certificate sound. Bounds are recomputed with scipy
+(``stat_testing.cp_lower``); each test names the bug it exists to catch."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ RADII = (0.0, 0.25, 0.5, 0.75)
 
 
 def spec(alpha=0.001, **settings) -> CertificationSpec:
+    settings = {"alpha_spending": "even", "futility": False} | settings  # one lever at a time
     sampler = Sequential(radii=RADII, first_look=256, growth=1.5, **settings)
     return CertificationSpec(sigma=SIGMA, n0=64, n=20_000, alpha=alpha, batch_size=20_000, sampler=sampler)
 

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from rs_lightning.analysis.budget import EXTRAPOLATION_WARNING, constant_classifier_budget
 from rs_lightning.analysis.compare import (
     NOISE_KEY,
@@ -42,14 +44,20 @@ DOMINANCE_COLUMNS = ("sigma", "a", "b", "relation", "crossings", "acr_a", "acr_b
 
 def _sampling(run: Run) -> str | None:
     """``cohen``, or the sampler's description with the mean estimation draws (``sampling=iss(ad 0.05,
-    k0=1000); mean n …``)."""
+    k0=1000); mean n …``) and, for a sampler with an oracle floor, mean draws ÷ mean floor."""
     protocol = run.protocol()
     if protocol["sampling"] is None or run.settings.mode == "predict":
         return protocol["sampling"]
     spec = run.settings.spec
     if spec.sampler.fixed_n:
         return spec.sampling
-    return f"{spec.sampler.describe(spec).removeprefix('sampling=')}; mean n {run.mean_n:.0f}"
+    text = f"{spec.sampler.describe(spec).removeprefix('sampling=')}; mean n {run.mean_n:.0f}"
+    floor = (
+        spec.sampler.oracle_floor(spec, run.rows["nA"], run.rows["n"], run.dim) if run.has_counts else None
+    )
+    if floor is not None and np.sum(floor) > 0:  # how far from the physical limit (docs/certification.md)
+        text += f"; draws / oracle floor {run.mean_n / np.mean(floor):.2f}"
+    return text
 
 
 def _norm(run: Run) -> str:

@@ -149,6 +149,11 @@ class Sampler:
         """How many inputs to process together so that forward batches stay full (>= 1)."""
         return max(1, math.ceil(spec.batch_size / self.max_draws(spec)))
 
+    def oracle_floor(self, spec: CertificationSpec, n_a, n, dim: int | None) -> np.ndarray | None:
+        """Per row, the fewest estimation draws an oracle knowing p_A would need for what this sampler
+        decides (None: a fixed-n sampler decides nothing by sampling more or less)."""
+        return None
+
     def describe(self, spec: CertificationSpec) -> str:
         """One line for logs and the summary, e.g. ``sampling=iss(ad 0.05, k0=1000)``."""
         return f"sampling={self.name}"

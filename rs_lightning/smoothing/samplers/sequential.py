@@ -28,10 +28,16 @@ stops at the first look where its lower bound has passed the top threshold, or i
 has passed t_k (or no threshold) and the upper bound UB_j is below t_{k+1} — in particular UB below t_0 = ½
 shows it abstains. The upper bound only decides *when to stop* and never enters a certificate: a wrong stop
 reports a smaller bucket than more draws would have, never an unsound one. It is taken at its own level
-``beta``/K per look (default β = 0.05 over the looks). ``abstain_after`` (optional): an input whose lower
-bound is still below ½ at a look of at least that many draws stops there and abstains. Otherwise an input
-continues, up to ``n``. The certificate at the stop is Cohen's: abstain if LB < ½, else the certificate's
-radius at LB (σΦ⁻¹(LB) for Gaussian L2), the class from the n0 selection draws (their own stream).
+``beta``/K per look (default β = 0.05 over the looks). ``futility`` (default on) compares it not with
+t_{k+1} but with the share that t_{k+1} needs at the cap, r_{k+1} = the p̂ whose lower bound after all ``n``
+draws at α/K is t_{k+1} (:func:`~rs_lightning.smoothing.stats.clopper_pearson_reach`): an input whose p_A is
+below r_{k+1} would more likely than not stop at ``n`` without t_{k+1} anyway, so once UB < r_{k+1} it stops
+now (futility stopping of group-sequential designs; Jennison & Turnbull, *Group Sequential Methods*, 2000,
+ch. 10). Without it, inputs with p_A just above t_{k+1} draw all ``n`` and then mostly miss it.
+``abstain_after`` (optional): an input whose lower bound is still below ½ at a look of at least that many
+draws stops there and abstains. Otherwise an input continues, up to ``n``. The certificate at the stop is
+Cohen's: abstain if LB < ½, else the certificate's radius at LB (σΦ⁻¹(LB) for Gaussian L2),
+the class from the n0 selection draws (their own stream).
 """
 
 from __future__ import annotations
@@ -47,8 +53,8 @@ import torch
 from rs_lightning.validation import ConfigError
 
 from ..noise import Phase
-from ..stats import clopper_pearson_lower, clopper_pearson_upper
-from .base import Count, Draws, Sampler, choice, finite, integer, pick
+from ..stats import clopper_pearson_lower, clopper_pearson_reach, clopper_pearson_upper, oracle_draws
+from .base import Count, Draws, Sampler, choice, finite, flag, integer, pick
 
 if TYPE_CHECKING:
     from ..spec import CertificationSpec
@@ -70,20 +76,23 @@ class Sequential(Sampler):
             blocks), up to the cap ``n``, which is the last look.
         beta: the level, over all looks, of the upper bound that decides when to stop (β/K per look); None →
             the lower bound's level at each look (how runs before this setting stopped).
-        alpha_spending: ``even`` (α/K per look) or ``selection`` (from the n0 draws; see the module).
+        alpha_spending: ``selection`` (from the n0 draws; see the module) or ``even`` (α/K per look).
         abstain_after: None, or the draws after which an input whose lower bound is still below ½ abstains.
+        futility: stop once the next threshold is out of reach within ``n`` (see the module); False → once
+            it is ruled out (how runs before this setting stopped).
     """
 
     radii: tuple[float, ...] | None = None
     first_look: int | None = None
     growth: float = 1.5
     beta: float | None = DEFAULT_BETA
-    alpha_spending: str = "even"
+    alpha_spending: str = "selection"
     abstain_after: int | None = None
+    futility: bool = True
 
     name = "sequential"
     fixed_n = False
-    added_later = {"beta": None, "alpha_spending": "even", "abstain_after": None}
+    added_later = {"beta": None, "alpha_spending": "even", "abstain_after": None, "futility": False}
     """What runs recorded before these settings existed did implicitly."""
 
     # ---------------------------------------------------------------------------------------- settings
@@ -105,7 +114,7 @@ class Sequential(Sampler):
         if after is not None:
             after = integer("sequential.abstain_after", after, 1, n)
         return replace(self, radii=radii, first_look=first, growth=growth, beta=beta, alpha_spending=spending,
-                       abstain_after=after)  # fmt: skip
+                       abstain_after=after, futility=flag("sequential.futility", self.futility))  # fmt: skip
 
     def resolve(self, spec: CertificationSpec, dim: int) -> Sequential:
         """The grid resolved and checked: None → the report's grid (0, 0.25, ... for L2; steps of 1/255 for
@@ -210,15 +219,24 @@ class Sequential(Sampler):
     def thresholds(self, spec: CertificationSpec, dim: int | None) -> np.ndarray:
         return np.asarray(spec.certificate.threshold(self.radii, spec.require_sigma(), dim), dtype=float)
 
-    def decided(self, spec, n_a, n, lower_level, targets) -> np.ndarray:
+    def stop_thresholds(self, spec: CertificationSpec, targets: np.ndarray) -> np.ndarray:
+        """What the upper bound must fall below to rule each threshold out: the threshold itself, or under
+        ``futility`` the share it needs at the cap (r_k, see the module)."""
+        if not self.futility:
+            return targets
+        level = self.plan_level(spec)
+        return np.asarray([clopper_pearson_reach(float(t), spec.n, level) for t in targets])
+
+    def decided(self, spec, n_a, n, lower_level, targets, stops=None) -> np.ndarray:
         """Whether each input may stop: its lower bound has passed the top threshold, its upper bound is
-        below the next threshold its lower bound has not passed, or it is still below ½ after
-        ``abstain_after`` draws."""
+        below the stop threshold (:meth:`stop_thresholds`, ``stops``) of the next threshold its lower bound
+        has not passed, or it is still below ½ after ``abstain_after`` draws."""
+        stops = self.stop_thresholds(spec, targets) if stops is None else stops
         lower = clopper_pearson_lower(n_a, n, lower_level)
         upper = clopper_pearson_upper(n_a, n, self.stop_level(spec, lower_level))
         reached = np.searchsorted(targets, lower, side="right")  # thresholds with t_k <= LB
         top = reached >= len(targets)
-        following = targets[np.minimum(reached, len(targets) - 1)]
+        following = stops[np.minimum(reached, len(targets) - 1)]
         done = top | (upper < following)
         if self.abstain_after is not None:
             done |= (n >= self.abstain_after) & (lower < 0.5)
@@ -236,6 +254,7 @@ class Sequential(Sampler):
         positions ``open``. Returns the count ``n_a`` and the draws ``n`` of every input at its stop."""
         count = len(n_a0)
         targets = self.thresholds(spec, dim)
+        stops = self.stop_thresholds(spec, targets)
         looks, agreeing = self.input_schedules(spec, n_a0, dim)
         own = set(self.schedule(spec).tolist())
         n_a = np.zeros(count, dtype=np.int64)
@@ -248,7 +267,7 @@ class Sequential(Sampler):
             n_a[here] += np.asarray(draw(here, n[here], int(look)), dtype=np.int64)
             n[here] = look
             level = self.levels(spec, n[here], n_a0[here], dim)
-            stop = here[self.decided(spec, n_a[here], n[here], level, targets)]
+            stop = here[self.decided(spec, n_a[here], n[here], level, targets, stops)]
             open_ = np.setdiff1d(open_, stop, assume_unique=True)
             if not open_.size:
                 break
@@ -274,6 +293,28 @@ class Sequential(Sampler):
         _, n = sampler.estimate(spec, draw, n_a0, dim)
         n0 = np.full(groups, spec.n0, dtype=np.int64)
         return Draws(counts0, selected, counts, n, n0, n0 + n, sampler.levels(spec, n, n_a0, dim))
+
+    def oracle_floor(self, spec: CertificationSpec, n_a, n, dim: int | None) -> np.ndarray:
+        """Per row, the estimation draws an oracle knowing p = p̂ = nA/n would need to make a decision this
+        stopping rule accepts: bucket k (t_k <= p̂, and p̂ below s_{k+1}, the stop threshold of the next
+        threshold — t_{k+1}, or r_{k+1} under ``futility``) at Wald's bound
+        (:func:`~rs_lightning.smoothing.stats.oracle_draws`) max[ln(1/α)/KL(p̂‖t_k), ln(1/β)/KL(p̂‖s_{k+1})],
+        at the run's α and β (α when ``beta`` is None); in the top bucket the first term alone, below t_0
+        (= ½ for a grid from 0) the second; the cheapest accepted decision, capped at ``n``. Without
+        ``futility`` exactly one bucket is accepted: p̂'s own. Rows without draws (n = 0) count 0."""
+        if self.radii is None:
+            return self.resolve(spec, dim).oracle_floor(spec, n_a, n, dim)
+        n_a, n = np.asarray(n_a, dtype=float), np.asarray(n, dtype=float)
+        targets = self.thresholds(spec, dim)
+        lows = np.concatenate([[np.nan], targets])  # bucket j = -1, 0, ..., K-1: its threshold t_j
+        highs = np.concatenate([self.stop_thresholds(spec, targets), [np.nan]])  # s_{j+1}
+        p = np.divide(n_a, n, out=np.zeros(n.shape), where=n > 0)
+        floor = np.full(p.shape, float(spec.n))
+        for low, high in zip(lows, highs, strict=True):
+            accepted = (np.isnan(low) | (p >= low)) & (np.isnan(high) | (p < high))
+            cost = oracle_draws(p, low, high, spec.alpha, self.beta or spec.alpha, spec.n)
+            floor = np.where(accepted, np.minimum(floor, cost), floor)
+        return np.where(n > 0, floor, 0.0)
 
     # ---------------------------------------------------------------------------------------- rows
     def rows_fit(self, spec: CertificationSpec, n, n0, n_a0=None, dim: int | None = None) -> np.ndarray:
@@ -303,6 +344,8 @@ class Sequential(Sampler):
             extra += f", alpha by {self.alpha_spending}"
         if self.abstain_after is not None:
             extra += f", abstain after {self.abstain_after}"
+        if self.futility:
+            extra += ", futility"
         return f"sampling=sequential({grid}, first look {self.first_look}, x{self.growth:g}{extra})"
 
     def label(self) -> str:
