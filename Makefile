@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) -m bench.certify_scaling
 	$(PY) -m bench.ars
 	$(PY) -m bench.sequential
+	$(PY) -m bench.sequential_levers
 	$(PY) -m bench.denoised
 
 # GPU device check (bench/README.md): writes bench/results/gpu.json in < 8 min on one GPU; stops at once
