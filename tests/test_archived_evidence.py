@@ -164,7 +164,8 @@ def sequential_models() -> list[str]:
 @pytest.mark.parametrize("model", sequential_models())
 def test_the_sequential_tables_rebuild_from_their_rows(tmp_path, model):
     """scripts/sequential_certification.sh's stage_tables, over the archived runs in its order."""
-    order = ["cohen", "iss_ad005", "sequential", "sequential_to_1.5", "cohen_fp32", "sequential_bf16"]
+    order = ["cohen", "iss_ad005", "sequential", "sequential_to_1.5", "levers", "levers_to_1.5", "cohen_fp32",
+             "sequential_bf16"]  # fmt: skip
     runs = [
         SEQUENTIAL / "runs" / model / name for name in order if (SEQUENTIAL / "runs" / model / name).is_dir()
     ]
