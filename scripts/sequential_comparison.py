@@ -4,8 +4,10 @@
 
 The first run is the reference (Cohen's fixed n). The grid is ``--radii``, or that of the first
 ``sampling=sequential`` run among them. For every run: mean draws per input (``samples``: selection and
-estimation), the reference's mean divided by it, seconds per input, and certified accuracy at each radius
-with its difference to the reference in binomial standard errors √(p(1−p)/M) of the reference. Then where
+estimation), the reference's mean divided by it, for sequential runs mean draws ÷ mean oracle floor at
+the rows' own p̂ and at the reference's (``Run.oracle_floor``; the first overstates the ratio), seconds per
+input, and certified accuracy at each radius with its difference to the reference in binomial standard
+errors √(p(1−p)/M) of the reference. Then where
 the draws go: inputs grouped by the reference's radius bucket on the grid, with each run's mean draws there.
 ``--common-inputs`` compares the inputs every run has finished (for runs still in progress; the output says
 how many of each run's inputs that is).
@@ -24,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rs_lightning.analysis.compare import load_run  # noqa: E402
-from rs_lightning.analysis.metrics import certified_accuracy  # noqa: E402
+from rs_lightning.analysis.metrics import certified_accuracy, draws_over_floor  # noqa: E402
 
 
 def subset(run, idx):
@@ -32,6 +34,14 @@ def subset(run, idx):
     order = np.argsort(run.rows["idx"])
     keep = order[np.isin(run.rows["idx"][order], idx)]
     return dataclasses.replace(run, rows={k: v[keep] for k, v in run.rows.items()})
+
+
+def floor_cell(row: dict) -> str:
+    """``1.36, 1.27``: draws ÷ oracle floor at the run's own p̂ and at the reference's; ``-`` for fixed n."""
+    own, paired = row["draws_over_floor"], row["draws_over_reference_floor"]
+    if own is None:
+        return "-"
+    return f"{own:.2f}, " + ("-" if paired is None else f"{paired:.2f}")
 
 
 def grid_of(runs, radii) -> list[float]:
@@ -91,6 +101,13 @@ def main(argv=None) -> int:
                     for a, b, s in zip(acc, ref_acc, se, strict=True)
                 ],
                 "acr": run.acr,
+                # sequential runs: mean n / mean oracle floor at the rows' own p-hat, and at the reference's
+                "draws_over_floor": draws_over_floor(rows["n"], run.oracle_floor()),
+                "draws_over_reference_floor": (
+                    None
+                    if reference.paired_with(run) or run.oracle_floor() is None
+                    else draws_over_floor(rows["n"], run.oracle_floor(at=reference))
+                ),
                 "mean_samples_by_reference_bucket": {
                     str(k): float(np.mean(rows["samples"][bucket == k]))
                     for k in range(-1, len(radii))
@@ -104,12 +121,11 @@ def main(argv=None) -> int:
     if partial is not None:
         print(f"(the inputs all runs finished; each run's own count: {partial})")
     head = (
-        "| run | sampling | precision | mean draws | fewer than ref | s/input | ACR | "
-        + " | ".join(f"r={r:g}" for r in radii)
-        + " |"
+        "| run | sampling | precision | mean draws | fewer than ref | ÷ floor (own p̂, ref p̂) | "
+        "s/input | ACR | " + " | ".join(f"r={r:g}" for r in radii) + " |"
     )
     print(head)
-    print("|" + "---|" * (7 + len(radii)))
+    print("|" + "---|" * (8 + len(radii)))
     for r in out["runs"]:
         cells = [
             f"{a:.3f} ({d:+.1f} SE)"
@@ -117,9 +133,8 @@ def main(argv=None) -> int:
         ]
         print(
             f"| {Path(r['run']).name} | {r['sampling']} | {r['precision']} | {r['mean_samples']:.0f} | "
-            f"{r['fewer_samples_than_reference']:.2f}x | {r['seconds_per_input']:.2f} | {r['acr']:.4f} | "
-            + " | ".join(cells)
-            + " |"
+            f"{r['fewer_samples_than_reference']:.2f}x | {floor_cell(r)} | {r['seconds_per_input']:.2f} | "
+            f"{r['acr']:.4f} | " + " | ".join(cells) + " |"
         )
     labels = {"-1": "abstain or wrong", **{str(k): f"[{radii[k]:g}, next)" for k in range(len(radii))}}
     print("\nmean draws by the reference's bucket (share of inputs):")

@@ -163,6 +163,58 @@ class Run:
                 return int(values[0])
         return None
 
+    def oracle_floor(self, at: Run | None = None) -> np.ndarray | None:
+        """Each row's oracle floor under this run's sampler
+        (:meth:`~rs_lightning.smoothing.samplers.base.Sampler.oracle_floor`; None for fixed n or without
+        counts): at the row's own p̂, or at the p̂ of ``at``, a fixed-n run of the same noise and σ on the
+        same inputs (:meth:`paired_with`), for each input where the two selected the same class (both
+        predict it, or they record the same selection count nA0: the same seed draws the same selection
+        noise); the row's own p̂ elsewhere.
+
+        Why a paired floor: a sequential row's p̂ is taken at a stopping time that depends on its counts, and
+        an input stops early when its counts look decisive, that is, further from the nearest threshold than
+        p_A. So the floor at the row's own p̂ is on average below the floor at p_A, and draws ÷ floor
+        overstates the distance from the limit. A fixed-n run's p̂ does not depend on when it stopped."""
+        if self.settings.sampling is None or self.settings.mode == "predict" or not self.has_counts:
+            return None
+        spec = self.settings.spec
+        n_a, n = self.rows["nA"].astype(float), self.rows["n"].astype(float)
+        if at is not None:
+            if reason := at.paired_with(self):
+                raise ResultFileError(f"{at.path} cannot give the oracle floor of {self.path}: {reason}")
+            where = {int(i): j for j, i in enumerate(at.rows["idx"])}
+            j = np.asarray([where.get(int(i), -1) for i in self.rows["idx"]], dtype=np.int64)
+            safe = np.maximum(j, 0)
+            same = at.rows["predict"][safe] == self.rows["predict"]
+            if "nA0" in self.rows and "nA0" in at.rows:
+                same |= at.rows["nA0"][safe] == self.rows["nA0"]
+            same &= j >= 0
+            n_a = np.where(same, at.rows["nA"][safe], n_a)
+            n = np.where(same, at.rows["n"][safe], n)
+        return spec.sampler.oracle_floor(spec, n_a, n, self.dim)
+
+    def paired_with(self, run: Run) -> str | None:
+        """Why this run cannot give ``run``'s paired oracle floor (:meth:`oracle_floor`), or None if it can:
+        it must be a certification at fixed n with counts, on the same inputs, with the same noise, norm and
+        σ."""
+        if self.settings.mode == "predict" or not self.has_counts:
+            return "it holds no counts (nA, n) of a certification"
+        fixed = (
+            np.unique(self.rows["n"]).size <= 1
+            if self.settings.sampling is None
+            else self.settings.spec.sampler.fixed_n
+        )
+        if not fixed:
+            return f"its n varies by input (sampling={self.settings.sampling}); the floor needs a fixed-n run"
+        if (self.noise, self.norm, self.sigma) != (run.noise, run.norm, run.sigma):
+            return (
+                f"it certifies {self.noise} {self.norm} at sigma={self.sigma}, the run "
+                f"{run.noise} {run.norm} at sigma={run.sigma}"
+            )
+        if not np.isin(run.rows["idx"], self.rows["idx"]).all():
+            return "it lacks some of the run's inputs (idx)"
+        return None
+
     @property
     def acr(self) -> float:
         return average_certified_radius(self.rows["radius"], self.rows["correct"])

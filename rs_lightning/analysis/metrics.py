@@ -53,6 +53,14 @@ def pa_ecdf(pa, grid=ECDF_GRID) -> np.ndarray:
     return (pa[None, :] >= grid[:, None] - 1e-12).mean(axis=1)
 
 
+def draws_over_floor(n, floor) -> float | None:
+    """Mean estimation draws ÷ mean oracle floor (:meth:`~rs_lightning.smoothing.samplers.base.Sampler.
+    oracle_floor`): how far a run is from the physical limit; None without a floor or where it is 0."""
+    if floor is None or not np.size(floor) or np.sum(floor) <= 0:
+        return None
+    return float(np.mean(n)) / float(np.mean(floor))
+
+
 def summarize(
     radius, correct, predict, pa_hat, *, radii, n=None, samples=None, floor=None, ecdf_grid=ECDF_GRID
 ) -> dict:
@@ -72,9 +80,7 @@ def summarize(
             extra[key] = float(np.mean(values)) if np.size(values) else 0.0
     if floor is not None and n is not None:
         extra["mean_oracle_floor"] = float(np.mean(floor)) if np.size(floor) else 0.0
-        extra["draws_over_floor"] = (
-            extra["mean_n"] / extra["mean_oracle_floor"] if np.sum(floor) > 0 else None
-        )
+        extra["draws_over_floor"] = draws_over_floor(n, floor)
     return extra | {
         "num_inputs": int(correct.size),
         "acr": average_certified_radius(radius, correct),

@@ -24,5 +24,6 @@ def test_quick_run_writes_every_setting_with_its_floor(tmp_path):
             row = result[name]
             assert 100 < row["mean_samples"] <= 100_100 and row["mean_floor"] > 0
             assert row["draws_over_floor"] == row["mean_n"] / row["mean_floor"]
+            assert row["draws_over_true_floor"] == row["mean_n"] / row["mean_true_floor"] > 0
             grid = len(result["cohen_certified_accuracy"])
             assert len(row["certified_accuracy"]) == len(row["radii"]) == grid

@@ -13,8 +13,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from rs_lightning.analysis.budget import EXTRAPOLATION_WARNING, constant_classifier_budget
 from rs_lightning.analysis.compare import (
     NOISE_KEY,
@@ -29,6 +27,7 @@ from rs_lightning.analysis.compare import (
     sigma_groups,
     unverified_keys,
 )
+from rs_lightning.analysis.metrics import draws_over_floor
 from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
 from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.analysis.uncertainty import DEFAULT_BETA, RESAMPLES, check_beta
@@ -42,9 +41,11 @@ from .loading import load, md_table, prepare_out, write_csv
 DOMINANCE_COLUMNS = ("sigma", "a", "b", "relation", "crossings", "acr_a", "acr_b", "acr_disagrees")
 
 
-def _sampling(run: Run) -> str | None:
+def _sampling(run: Run, runs: list[Run]) -> str | None:
     """``cohen``, or the sampler's description with the mean estimation draws (``sampling=iss(ad 0.05,
-    k0=1000); mean n …``) and, for a sampler with an oracle floor, mean draws ÷ mean floor."""
+    k0=1000); mean n …``) and, for a sampler with an oracle floor, mean draws ÷ mean floor at the rows' own
+    p̂ and, where ``runs`` hold a fixed-n run of the same inputs and noise, at its p̂
+    (:meth:`Run.oracle_floor`)."""
     protocol = run.protocol()
     if protocol["sampling"] is None or run.settings.mode == "predict":
         return protocol["sampling"]
@@ -52,11 +53,13 @@ def _sampling(run: Run) -> str | None:
     if spec.sampler.fixed_n:
         return spec.sampling
     text = f"{spec.sampler.describe(spec).removeprefix('sampling=')}; mean n {run.mean_n:.0f}"
-    floor = (
-        spec.sampler.oracle_floor(spec, run.rows["nA"], run.rows["n"], run.dim) if run.has_counts else None
-    )
-    if floor is not None and np.sum(floor) > 0:  # how far from the physical limit (docs/certification.md)
-        text += f"; draws / oracle floor {run.mean_n / np.mean(floor):.2f}"
+    ratio = draws_over_floor(run.rows["n"], run.oracle_floor())
+    if ratio is not None:  # how far from the physical limit (docs/certification.md, "The oracle floor")
+        text += f"; draws / oracle floor {ratio:.2f}"
+        reference = next((r for r in runs if r is not run and r.paired_with(run) is None), None)
+        if reference is not None:
+            paired = draws_over_floor(run.rows["n"], run.oracle_floor(at=reference))
+            text += f" (at {reference.label}'s p̂: {paired:.2f})"
     return text
 
 
@@ -93,8 +96,8 @@ def _protocol_section(
     columns.append("folder")
     rows = [
         [r.label, *[None if v is None else f"{v:g}" for v in (r.sigma, r.n, r.n0, r.alpha)],
-         *[r.protocol()[k] for k in ("seed", "split", "precision")], _sampling(r), _norm(r), r.num_inputs,
-         str(r.path)]
+         *[r.protocol()[k] for k in ("seed", "split", "precision")], _sampling(r, runs), _norm(r),
+         r.num_inputs, str(r.path)]
         for r in runs
     ]  # fmt: skip
     out += ["## Settings and protocol", "", md_table(columns, rows), ""]

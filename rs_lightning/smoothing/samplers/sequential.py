@@ -301,13 +301,14 @@ class Sequential(Sampler):
         (:func:`~rs_lightning.smoothing.stats.oracle_draws`) max[ln(1/α)/KL(p̂‖t_k), ln(1/β)/KL(p̂‖s_{k+1})],
         at the run's α and β (α when ``beta`` is None); in the top bucket the first term alone, below t_0
         (= ½ for a grid from 0) the second; the cheapest accepted decision, capped at ``n``. Without
-        ``futility`` exactly one bucket is accepted: p̂'s own. Rows without draws (n = 0) count 0."""
-        if self.radii is None:
-            return self.resolve(spec, dim).oracle_floor(spec, n_a, n, dim)
+        ``futility`` exactly one bucket is accepted: p̂'s own. Rows without draws (n = 0) count 0. At a
+        row's own p̂ (a stopping time's estimate) this is biased low; ``Run.oracle_floor``
+        (rs_lightning.analysis.compare) takes it at a fixed-n run's p̂ instead."""
+        sampler = self.resolve(spec, dim)
         n_a, n = np.asarray(n_a, dtype=float), np.asarray(n, dtype=float)
-        targets = self.thresholds(spec, dim)
+        targets = sampler.thresholds(spec, dim)
         lows = np.concatenate([[np.nan], targets])  # bucket j = -1, 0, ..., K-1: its threshold t_j
-        highs = np.concatenate([self.stop_thresholds(spec, targets), [np.nan]])  # s_{j+1}
+        highs = np.concatenate([sampler.stop_thresholds(spec, targets), [np.nan]])  # s_{j+1}
         p = np.divide(n_a, n, out=np.zeros(n.shape), where=n > 0)
         floor = np.full(p.shape, float(spec.n))
         for low, high in zip(lows, highs, strict=True):
