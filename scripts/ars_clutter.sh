@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12 evidence: Adaptive RS on the offline clutter benchmark (cluttered MNIST, 28x28 digits on 56x56
+# Evidence for Adaptive RS on the offline clutter benchmark (cluttered MNIST, 28x28 digits on 56x56
 # canvases with fragments of other digits; data=cluttered_mnist), sigma = 0.5: ARS's vanilla baseline
 # (Gaussian noise), its static-mask baseline and ARS itself, trained on one recipe and certified in
 # L-infinity on the same materialized test images with one protocol; then the report, the paired CIs and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Evidence for fast certification (issue 8): input-specific sampling (ISS) against input-agnostic sampling
+# Evidence for fast certification: input-specific sampling (ISS) against input-agnostic sampling
 # (IAS) at n = 100,000 on 200 test inputs, bf16 against fp32, and the headline: bf16 + ISS against the fp32
 # IAS run. The models and fp32 runs are those of scripts/sequential_certification.sh (same recipes, folder
 # names and archive): OUT=<its OUT> reuses its trainings, and its archived fp32 rows are the fp32 side here.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 11 item 4: Gaussian and Consistency on full MNIST with LeNet at the published 90-epoch recipe
+# Gaussian and Consistency on full MNIST with LeNet at the published 90-epoch recipe
 # (jh-jeong/smoothing-consistency train_cohen.py / train_consistency.py, EXPERIMENTS.MD), sigma 0.25 and 0.5,
 # then CERTIFY on the same 200 test images (idx 0, 50, ..., 9950; SKIP=20: 500) at alpha = 0.001 and
 # N = BUDGETS (default 10,000 and 100,000), then the reports against the published table (Jeong & Shin 2020,
 # full test set). Each report is built from per-input rows archived under $REPORTS/sigma<s>_n<N>/runs/, so it
-# rebuilds from the repository (tests/test_archived_evidence.py). The sigma = 1.0 pair of issue 24:
+# rebuilds from the repository (tests/test_archived_evidence.py). The sigma = 1.0 pair (ACR against the p_A distribution at a large sigma):
 #   RUNS="cohen_mnist_sigma100 consistency_mnist_sigma100" SIGMAS=100 SKIP=20 BUDGETS=100000 \
 #     CHECKPOINT=epoch089.ckpt OUT=/work/runs/mnist_repro bash scripts/mnist_reproduction.sh
 # LR schedule as the reference runs it: its legacy scheduler.step(epoch) after each epoch makes StepLR(30)'s

@@ -189,7 +189,7 @@ MUTANTS = [
         "spec.certificate.radius(pa_lower, sigma, xs[0][0].numel())",
         "tests/models/test_ars_pipeline.py::test_certify_around_the_pipeline_is_batch_independent_and_linf_only",
     ),
-    # beyond the statistics (issue 26 item 6): bugs that once survived every test
+    # beyond the statistics: bugs that once survived every test
     (
         "published ResNet BasicBlock without its final ReLU",
         "rs_lightning/models/cifar_resnet.py",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Evidence for other noises (issue 25): a LeNet trained with Gaussian, Laplace and uniform noise at the same
+# Evidence for other noises: a LeNet trained with Gaussian, Laplace and uniform noise at the same
 # per-coordinate std SIGMA, each certified with its own noise, all stated as L1 radii (Gaussian: its L2 radius,
 # since ||d||_2 <= ||d||_1), on the same 200 test inputs; then one report with the paired certified-accuracy
 # verdicts. Does uniform beat Gaussian at L1, as Yang et al. (ICML 2020) report?

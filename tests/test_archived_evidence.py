@@ -1,4 +1,4 @@
-"""The archived evidence rebuilds (issue 26 item 5): every report and table under docs/results/ that has its
+"""The archived evidence rebuilds: every report and table under docs/results/ that has its
 per-input rows in the repository is built again from those rows, with the command its script uses, and must
 equal the committed file byte for byte — so a change to the report code that moves a published number, or a
 hand edit of a committed table, fails here. (Figures are not compared: matplotlib's output is not stable.)"""
@@ -133,7 +133,7 @@ def reproduction_reports() -> list[str]:
 @pytest.mark.parametrize("name", reproduction_reports())
 def test_the_published_schedule_reports_rebuild_from_their_rows(tmp_path, name):
     """scripts/mnist_reproduction.sh's report of the archived runs at one σ and budget (e.g. the σ = 1.0
-    Gaussian/Consistency pair of issue 24), and each run against its published row."""
+    Gaussian/Consistency pair at sigma = 1.0), and each run against its published row."""
     folder = RESULTS / "mnist_reproduction" / name
     runs = sorted(str(p.relative_to(REPO)) for p in (folder / "runs").iterdir())  # as the script's glob
     sigma, budget = name.removeprefix("sigma").split("_")  # e.g. "100", "n100000"

@@ -1,4 +1,4 @@
-"""Every command the README and the docs/ pages show keeps working as the code changes (issue 26 item 4): each
+"""Every command the README and the docs/ pages show keeps working as the code changes: each
 ``train.py`` / ``certify.py`` / ``soft_labels.py`` command in a fenced bash block is parsed by Hydra's
 override grammar and composed against ``conf/`` (a sweep with the first value of each swept key; placeholders
 such as ``…``, ``<run>`` and ``$VAR`` replaced by a plain value), and each ``python -m

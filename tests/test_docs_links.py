@@ -1,4 +1,4 @@
-"""The README and the docs/ pages link to files and headings that exist (issue 26 item 4: the README was split
+"""The README and the docs/ pages link to files and headings that exist (the README was split
 into docs/ pages; a moved section must not leave a link behind)."""
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """``precision=auto`` / ``channels_last=auto``: time each candidate on the run's own model and device and
 keep the fastest.
 
-Reduced precision is not always faster: on a 2-core CPU with bf16 units, bf16 + channels_last ran ResNet-20
-at 2.9× fp32 on an idle machine but at 0.34× beside one other job (issue 23). So the choice is made where
-the run happens: every candidate certifies the same draws of one input through the engine
+Reduced precision is not always faster, and by how much depends on the machine's load as well as on the
+model: on a shared 2-core CPU the bf16 + channels_last gain over fp32 shrinks beside another job (ResNet-110:
+3.07× idle, 2.31× beside one) and on LeNet the bf16 engine falls behind its raw forward pass there
+(docs/performance.md, "Beside a competing job"). So the choice is made where the run happens: every candidate
+certifies the same draws of one input through the engine
 (:func:`~rs_lightning.smoothing.engine.sample_counts`), interleaved over rounds so that load from other
 processes perturbs all alike, and the one with the highest median samples/s is the base classifier of the
 whole run (the certified network is the one evaluated at that precision).

@@ -1,4 +1,4 @@
-"""Bands and paired verdicts (issue 24): statistical tests with power, each naming the bug it catches.
+"""Bands and paired verdicts: statistical tests with power, each naming the bug it catches.
 
 Populations with a known p_A distribution (point masses at 1 and at a concentrated value, Beta components, a
 share of wrong inputs, like real models) are sampled as certify.py would: n0 = 100 selection draws pick the

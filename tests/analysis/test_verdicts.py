@@ -1,4 +1,4 @@
-"""Entries, seeds and the family of verdicts in one report (issue 24 item 3)."""
+"""Entries, seeds and the family of verdicts in one report."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""docs/performance.md's method-step table is bench/results/method_steps.json's (issue 26 item 5). Catches a
+"""docs/performance.md's method-step table is bench/results/method_steps.json's. Catches a
 table left behind when the benchmark is re-run (it was: every cell came from an earlier JSON)."""
 
 from __future__ import annotations

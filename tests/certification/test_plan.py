@@ -1,5 +1,5 @@
 """A certification run is a plan executed once; a single process, ``shard=i/k`` parts and DDP ranks differ
-only in the :class:`Part` each certifies (issue 26 item 2). These tests build plans in Python, no config."""
+only in the :class:`Part` each certifies. These tests build plans in Python, no config."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """certify.py noise=gaussian|laplace|uniform: the certificate in settings.json, the resume guard, the
-report's protocol check, and one-line refusals of pairs without a certificate (issue 25)."""
+report's protocol check, and one-line refusals of pairs without a certificate."""
 
 import csv
 import json

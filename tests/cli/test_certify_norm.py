@@ -1,4 +1,4 @@
-"""certify.py norm=l2|linf for every model, and the report's norm handling (issue 12 item 2)."""
+"""certify.py norm=l2|linf for every model, and the report's norm handling."""
 
 import csv
 import json

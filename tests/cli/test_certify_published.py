@@ -1,5 +1,5 @@
 """certify.py checkpoint_format=…: a published repository's checkpoint certified in this project's protocol
-(issue 10; the layouts themselves are tested in tests/models/test_published.py)."""
+(the layouts themselves are tested in tests/models/test_published.py)."""
 
 from __future__ import annotations
 

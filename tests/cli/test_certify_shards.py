@@ -1,4 +1,4 @@
-"""Certification in parts (issue 10): shard=i/k into one folder, merging, locks and resume guards."""
+"""Certification in parts: shard=i/k into one folder, merging, locks and resume guards."""
 
 from __future__ import annotations
 

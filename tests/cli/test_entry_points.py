@@ -62,7 +62,7 @@ def test_ddp_on_two_cpu_processes(tmp_path):
     torchmetrics states, so its numbers equal a single-process certify.py run of the same checkpoint."""
     result = train(train_config(tmp_path, ["trainer=ddp_sim", "debug=quick", "logger=csv"]))
     checkpoint = tmp_path / "checkpoints" / "last.ckpt"
-    assert result["checkpoint"] == str(checkpoint)  # issue 22: was "" (the spawned ranks kept the path)
+    assert result["checkpoint"] == str(checkpoint)  # was "" once (the spawned ranks kept the path)
     args = CertificationCallback(num_inputs=10).certify_command_args(360)
     summary = certify(certify_config(tmp_path / "certify", checkpoint, [f"{k}={v}" for k, v in args.items()]))
     assert summary["num_inputs"] == 10

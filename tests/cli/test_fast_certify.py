@@ -219,7 +219,7 @@ def test_train_cli_reports_bad_callback_values_in_one_line(tmp_path):
     assert done.stderr.strip().splitlines()[-1].startswith("error: callbacks.certification.precision='fp8'")
 
 
-# ---------------------------------------------------------------- sampling=sequential (issue 23)
+# ---------------------------------------------------------------- sampling=sequential
 
 SEQUENTIAL = ["n=5000", "skip=9", "sampling=sequential", "batch_size=500"]
 
@@ -294,7 +294,7 @@ def test_bad_sequential_settings_are_refused_before_any_work(trained_digits, tmp
     assert not (tmp_path / "certify.tsv").exists()
 
 
-# ---------------------------------------------------------------- precision=auto (issue 23 item 3)
+# ---------------------------------------------------------------- precision=auto
 
 
 def test_precision_auto_picks_the_fastest_records_it_and_a_resume_keeps_it(

@@ -267,7 +267,7 @@ def test_report_flags_an_acr_order_that_contradicts_ecdf_dominance(constant_runs
         (pair,) = list(csv.DictReader(f))
     assert pair["relation"] == "dominates" and pair["acr_disagrees"] == "True"
     assert "## Appendix: point estimates of the p_A curves (not verdicts)" in text
-    # ... but on 36 inputs the p_A difference (at pA = 1 only) is not resolved, while ACR's is (issue 24)
+    # ... but on 36 inputs the p_A difference (at pA = 1 only) is not resolved, while ACR's is
     with (out / "verdicts.csv").open() as f:
         (verdict,) = list(csv.DictReader(f))
     assert verdict["pa_verdict"] == "unresolved" and float(verdict["acr_difference_hi"]) < 0
@@ -275,7 +275,7 @@ def test_report_flags_an_acr_order_that_contradicts_ecdf_dominance(constant_runs
 
 
 def test_report_shows_bands_and_verdicts_and_refuses_other_data(constant_runs, tmp_path, capsys):
-    """Issue 24: the report writes the bands (table columns, shaded figures) and resolved verdicts
+    """The report writes the bands (table columns, shaded figures) and resolved verdicts
     (verdicts.csv); a bad --beta is one line; two runs with the same idx but other test inputs
     (inputs_sha256) are refused, naming the key."""
     c0, c3 = str(constant_runs["c0"][1]), str(constant_runs["c3"][1])

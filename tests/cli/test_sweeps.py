@@ -1,4 +1,4 @@
-"""Hydra multirun sweeps through the launcher plugins (issue 9 "Sweeps on a cluster")."""
+"""Hydra multirun sweeps through the launcher plugins (sweeps on a cluster)."""
 
 from __future__ import annotations
 

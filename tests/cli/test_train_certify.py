@@ -38,7 +38,7 @@ def test_callback_numbers_equal_certify_numbers(trained_digits, tmp_path):
     for radius, accuracy in summary["certified_accuracy"].items():
         assert logged[f"val/certified_accuracy@{float(radius):g}"] == pytest.approx(accuracy, abs=1e-6)
     assert logged["val/abstain_rate"] == pytest.approx(summary["abstain_rate"], abs=1e-6)
-    # the band the callback logs is the one the report computes from certify.py's rows (issue 24)
+    # the band the callback logs is the one the report computes from certify.py's rows
     from rs_lightning.analysis.compare import load_run
     from rs_lightning.analysis.uncertainty import Counts, pa_curve_band
 

@@ -1,5 +1,5 @@
 """Certification under faults: killed runs and killed launchers, concurrent writers, lost or corrupt
-settings, torn and repeated rows. Each test names the defect it exists to catch (issues 10 and 22)."""
+settings, torn and repeated rows. Each test names the defect it exists to catch."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def children(pid: int) -> list[int]:
 
 
 # ---------------------------------------------------------------- ranks that outlive their launcher
-# Issue 22 item 2: `certify.py trainer=ddp_sim` killed with kill -9 left both ranks running (parent 1) and
+# Once, `certify.py trainer=ddp_sim` killed with kill -9 left both ranks running (parent 1) and
 # writing; a resume 3 s later certified the same idx, and the folder ended with overlapping parts.
 
 
@@ -142,7 +142,7 @@ def test_kill_9_of_the_launcher_then_resume_at_once(trained_digits, digits_refer
 
 
 # ---------------------------------------------------------------- protocols mixed in one folder
-# Issue 22 item 3: with settings.json deleted, a resume at another alpha was accepted and the rows of
+# Once, with settings.json deleted, a resume at another alpha was accepted and the rows of
 # alpha = 0.001 and 0.01 ended in one file, summarized as alpha = 0.01.
 
 

@@ -57,7 +57,7 @@ def test_weights_that_do_not_fit_the_architecture(trained_digits, tmp_path):
 
 
 # ---------------------------------------------------------------- metadata that would build or call things
-# Issue 22 item 1: before the registry, a config in a weights_only checkpoint could reach
+# Before the registry, a config in a weights_only checkpoint could reach
 # safe_instantiate (importable under the allowed prefix) with allowed_prefixes='' and a list-of-pairs config
 # the nested-_target_ check did not look into, then hydra.utils.instantiate -> Path.touch / open(..., 'w').
 

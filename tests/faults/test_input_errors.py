@@ -42,7 +42,7 @@ def test_train_cli_without_npz_path(tmp_path):
 @pytest.mark.parametrize("script", ["train.py", "certify.py", "soft_labels.py"])
 @pytest.mark.parametrize("folder", ["/proc/forbidden", "/proc/forbidden/${now:%H-%M}"])
 def test_an_unwritable_hydra_run_dir_is_one_line(script, folder):
-    """Issue 22: Hydra created its run folder before the entry point ran, and failed with its traceback."""
+    """Hydra used to create its run folder before the entry point ran, and failed with its traceback."""
     done = run(script, f"hydra.run.dir={folder}", "checkpoint=x.ckpt")
     assert_one_line_error(done, f"hydra.run.dir='{folder}'", "writable folder")
 
@@ -180,7 +180,7 @@ def _nan(a):
             "x_train looks channels-first",
             "x.transpose(0, 2, 3, 1)",
         ),
-        (  # issue 22: was "num_samples should be a positive integer" from the DataLoader, mid-run
+        (  # was "num_samples should be a positive integer" from the DataLoader, mid-run
             lambda a: {**a, "x_test": a["x_test"][:0], "y_test": a["y_test"][:0]},
             "x_test holds no images",
             "at least one image",

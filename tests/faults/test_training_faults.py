@@ -1,6 +1,6 @@
 """Long training jobs: a checkpoint every epoch, exact resume, non-finite losses, interrupts, W&B resume.
 
-Issue 9 ("Faults"): each test names the defect it exists to catch.
+Each test names the defect it exists to catch.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def test_skip_policy_counts_skipped_steps_warns_and_keeps_training(tmp_path):
 
 
 def test_skip_policy_stops_a_run_that_skips_more_than_the_allowed_share(tmp_path):
-    """Issue 22 item 4. Catches: 44 of 46 steps skipped, NaN validation, exit 0 and nothing printed — a dead
+    """Catches: 44 of 46 steps skipped, NaN validation, exit 0 and nothing printed — a dead
     run reported as finished, with a checkpoint of the dead epoch."""
     with pytest.raises(NonFiniteLossError) as err:
         train(
@@ -310,7 +310,7 @@ def test_non_finite_validation_stops_under_either_policy(tmp_path):
 
 
 def test_divergence_in_the_first_epoch_does_not_promise_a_checkpoint(tmp_path):
-    """Issue 22 item 5: the message said 'checkpoints/last.ckpt holds the last good epoch' with none there."""
+    """The message once said 'checkpoints/last.ckpt holds the last good epoch' with none there."""
     with pytest.raises(NonFiniteLossError) as err:
         train(train_config(tmp_path, ["optim.max_epochs=2", *QUIET]), extra_callbacks=[InjectNaN(0, 3)])
     assert "no checkpoint was written yet" in str(err.value) and "holds" not in str(err.value)

@@ -453,7 +453,7 @@ def test_presets_compose_to_the_same_class_with_their_switches(preset, tmp_path)
     method = train_config(tmp_path, [f"method={preset}", "sigma=0.5"]).method
     assert method._target_ == "rs_lightning.methods.acr_gaming.ACRGaming"
     assert (method.discard_hard, method.reweight, method.sphere_attack) == SWITCHES[preset]
-    # issue 11: single tricks without discarding start at epoch 0, as the reference does; discarding needs a
+    # single tricks without discarding start at epoch 0, as the reference does; discarding needs a
     # partly trained model, so the full recipe and discard_hard start at 0.4 of the schedule
     ds_epoch = 0 if preset in ("reweight", "sphere_attack") else 0.4
     assert (method.num_noise_vec, method.ds_epoch, method.discard_threshold, method.attack_steps) == (

@@ -1,4 +1,4 @@
-"""``trainer.precision=bf16-mixed`` for every training method (issue 8).
+"""``trainer.precision=bf16-mixed`` for every training method.
 
 1. One real loader batch of each method (all its chunk steps, attacks included) through the CLI's
    ``train(cfg)`` on CPU: the forward passes really ran under bf16 autocast (a hook on the classifier's last

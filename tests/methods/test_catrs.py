@@ -342,7 +342,7 @@ def test_config_runs_fast_dev_run_with_soft_labels_and_logs_its_scalars(tmp_path
 
 
 def test_config_runs_fast_dev_run_without_soft_labels_only_when_allowed(tmp_path):
-    """Issue 11: without soft labels CAT-RS is a different method, so training refuses to start (naming
+    """Without soft labels CAT-RS is a different method, so training refuses to start (naming
     the key, how to make the file and the opt-in) unless method.allow_onehot=true asks for the fallback."""
     overrides = ["method=catrs", "debug=fast_dev_run", "logger=none", "~callbacks.certification"]
     with pytest.raises(ConfigError, match=r"soft_labels=None.*soft_labels.py.*method.allow_onehot=true"):

@@ -1,4 +1,4 @@
-"""Issue 11: every recipe's LR drops land where its reference's do.
+"""Every recipe's LR drops land where its reference's do.
 
 For each ``conf/experiment/*.yaml`` the LR used in each epoch of a 3-epoch fit (read from the optimizer
 at the start of every epoch) must equal the LR of the *reference's own training loop* run on the same scaled

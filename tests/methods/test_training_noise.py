@@ -1,4 +1,4 @@
-"""train.py noise=gaussian|laplace|uniform (issue 25): the noise a method trains with, what the checkpoint
+"""train.py noise=gaussian|laplace|uniform: the noise a method trains with, what the checkpoint
 records, what certify.py then certifies, and the refusals."""
 
 import json

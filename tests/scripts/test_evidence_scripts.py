@@ -183,7 +183,7 @@ def test_dry_run_prints_commands_and_runs_nothing(tmp_path):
 
 
 def test_the_reproduction_report_is_built_from_archived_rows_at_sigma_one(tmp_path):
-    """scripts/mnist_reproduction.sh STAGE=report for the sigma = 1.0 pair (issue 24). Catches: the published
+    """scripts/mnist_reproduction.sh STAGE=report for the sigma = 1.0 pair. Catches: the published
     comparison's `--sigma 0.${s#0}`, which read the runs' "100" as sigma = 0.100; reports built from rows
     outside the repository (they could not be rebuilt)."""
     runs = ("cohen_mnist_sigma100", "consistency_mnist_sigma100")
@@ -215,7 +215,7 @@ def test_certify_run_takes_another_checkpoint_file_of_the_run(tmp_path):
 
 
 def test_fast_certification_archives_every_run_it_certifies(tmp_path):
-    """scripts/fast_certification.sh STAGE=compare and STAGE=headline (issue 26 item 5): the rows of each of
+    """scripts/fast_certification.sh STAGE=compare and STAGE=headline: the rows of each of
     its five certifications go to $ARCHIVE/<model>/<run>, from which its tables are built. Catches a run
     certified but not archived (its table could not be rebuilt from the repository)."""
     (tmp_path / "out" / "train" / "mnist_lenet_s050" / "checkpoints").mkdir(parents=True)
@@ -231,7 +231,7 @@ def test_fast_certification_archives_every_run_it_certifies(tmp_path):
 
 
 def test_the_ars_clutter_report_is_built_from_archived_rows(tmp_path):
-    """scripts/ars_clutter.sh STAGE=report (issue 26 item 5): each run's rows go to $ARCHIVE/<run> and the
+    """scripts/ars_clutter.sh STAGE=report: each run's rows go to $ARCHIVE/<run> and the
     report and the paired CIs read them there, so tests/test_archived_evidence.py can rebuild both from the
     repository. Catches a report built from the rows outside the repository (it used to be)."""
     runs = ("ars", "ars_static", "ars_vanilla")

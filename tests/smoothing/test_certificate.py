@@ -1,4 +1,4 @@
-"""The certificate types of issue 25 (rs_lightning/smoothing/certificate.py: radii, caps, grids, sampling).
+"""The certificate types (rs_lightning/smoothing/certificate.py: radii, caps, grids, sampling).
 
 Radii are checked against closed forms written here from the papers (Yang et al. 2020 Table 1 / rs4a
 ``src/noises``; Teng, Lee & Yuan, OpenReview 2019, Thm. 1; Cohen et al., ICML 2019, Thm. 1), and on
@@ -167,7 +167,7 @@ def _code_strings_and_calls(path):
 
 
 def test_the_certificate_module_alone_names_norms_and_inverts_the_normal_cdf():
-    """Issue 25's contract: the norm strings and Φ⁻¹ live in rs_lightning/smoothing/certificate.py only, so
+    """The contract: the norm strings and Φ⁻¹ live in rs_lightning/smoothing/certificate.py only, so
     a new noise or norm touches that module (and its config and tests). Catches a branch on "linf" or a
     norm.ppf added anywhere else in the package."""
     from rs_testing import REPO

@@ -1,4 +1,4 @@
-"""Gaussian CERTIFY is bit-identical to the code before the certificate redesign (issue 25: "Existing Gaussian
+"""Gaussian CERTIFY is bit-identical to the code before the certificate redesign ("Existing Gaussian
 results bit-identical before and after the redesign"). ``data/gaussian_rows_1d07e4a.json`` holds the rows the
 tree of commit 1d07e4a (the last before ``smoothing.certificate``) wrote for a fixed network on 12 digits —
 Cohen's sampling with L2 and L∞ radii, and input-specific sampling — made by running this file as a script

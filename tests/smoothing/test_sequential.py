@@ -1,4 +1,4 @@
-"""Sequential CERTIFY (issue 23): a confidence sequence over a geometric schedule of looks, stopping once
+"""Sequential CERTIFY: a confidence sequence over a geometric schedule of looks, stopping once
 the input's bucket on a radius grid is decided. Statistical tests with power; each names the bug it catches.
 
 Bounds are recomputed with scipy (``stat_testing.cp_lower``), never with the engine's own code, and the
