@@ -9,10 +9,11 @@ DEMO_DIR := outputs/demo/$(shell date +%Y%m%d-%H%M%S)
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# exact versions from constraints.txt (the library's own dependencies are lower bounds: pyproject.toml)
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(VENV)/bin/pip install --quiet -e '.[dev,models,diffusion]'
+	$(VENV)/bin/pip install --quiet -c constraints.txt torch torchvision
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e '.[dev,models,diffusion]'
 	touch $(STAMP)
 
 demo: $(STAMP)
