@@ -44,15 +44,16 @@ from .common import check_trainer_config, plain, require_writable_dir
 
 def validate_train_config(cfg: DictConfig) -> None:
     """Check values that are easy to get wrong, before any work. The model and data classes must be
-    registered (``rs_lightning/models/registry.py``, ``rs_lightning/data/registry.py``): certify.py rebuilds a
-    checkpoint's classes only from those registries, so another class would train a model nobody can load."""
+    registered (``rs_lightning/models/registry.py``; a data module by being defined in a module of
+    ``rs_lightning/data/``): certify.py rebuilds a checkpoint's classes only from those registries, so another
+    class would train a model nobody can load."""
     for key, registry in (("model", MODELS), ("data", DATA_MODULES)):
         target = cfg[key].get("_target_")
         if target not in registry:
             where = (
                 f"register it under the entry-point group {registry.group!r} of an installed package "
                 "(docs/training.md, \"Your own model\")" if registry.group
-                else f"add the class to rs_lightning/{key}/registry.py"
+                else f"define the class in a module of rs_lightning/{key}/ (each one there is registered)"
             )  # fmt: skip
             raise ConfigError(
                 f"{key}._target_", target, f"a registered {registry.kind}",

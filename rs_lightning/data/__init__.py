@@ -1,4 +1,12 @@
-"""LightningDataModules yielding (x in [0,1] float32 CHW, int label); normalization lives in the model."""
+"""LightningDataModules yielding (x in [0,1] float32 CHW, int label); normalization lives in the model.
+
+Importing the package imports each of its modules, so that every data module defined in one is registered
+(:data:`~rs_lightning.data.base.PROJECT_DATA_MODULES`): a new dataset is one file here and one conf/data
+config.
+"""
+
+import importlib
+import pkgutil
 
 from rs_lightning.data.arrays import ArrayDataset, read_idx
 from rs_lightning.data.base import SPLITS, DataFormatError, DatasetNotFoundError, RSDataModule
@@ -24,3 +32,12 @@ __all__ = [
     "RSDataModule",
     "read_idx",
 ]
+
+
+def _import_every_module() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "registry":  # built from what the others define (rs_lightning.data.registry)
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_import_every_module()

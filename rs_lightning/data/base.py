@@ -17,6 +17,7 @@ import torch
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
+from rs_lightning.registry import Registry
 from rs_lightning.validation import ConfigError
 
 SPLITS = ("train", "test")
@@ -91,6 +92,18 @@ class DataFormatError(ValueError):
     file, the array and the fix."""
 
 
+PROJECT_DATA_MODULES: list[type[RSDataModule]] = []
+"""Every data module defined in a module of this package (``rs_lightning.data.*``; not ``_private`` ones), in
+the order they were defined: what a checkpoint may name (:func:`data_modules`). A class joins by being defined
+here, so a new dataset is one file in rs_lightning/data/ plus its conf/data/ config."""
+
+
+def data_modules() -> Registry:
+    """The :class:`~rs_lightning.registry.Registry` of :data:`PROJECT_DATA_MODULES` (all of them are defined
+    once ``rs_lightning.data`` is imported: its ``__init__`` imports every module of the package)."""
+    return Registry("data module", RSDataModule, list(PROJECT_DATA_MODULES))
+
+
 class RSDataModule(pl.LightningDataModule):
     """Base data module: splits ``train`` (augmented) and ``test`` (never augmented).
 
@@ -111,6 +124,11 @@ class RSDataModule(pl.LightningDataModule):
     input_shape: tuple[int, int, int]
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("rs_lightning.data.") and not cls.__name__.startswith("_"):
+            PROJECT_DATA_MODULES.append(cls)
 
     def __init__(
         self,

@@ -31,7 +31,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from rs_lightning.data.arrays import ArrayDataset
-from rs_lightning.data.base import DataFormatError, DatasetNotFoundError, RSDataModule
+from rs_lightning.data.base import DataFormatError, DatasetNotFoundError, RSDataModule, data_modules
 from rs_lightning.data.npz import _floats
 from rs_lightning.registry import RegistryError
 from rs_lightning.validation import ConfigError, require_at_least
@@ -156,20 +156,19 @@ class CompositeTrainDataset(Dataset):
 
 def build_source(config: Mapping[str, Any] | RSDataModule) -> RSDataModule:
     """The source: an instance, or a mapping ``{target: <a registered data module>, **args}`` (looked up in
-    :data:`~rs_lightning.data.registry.DATA_MODULES`, never imported: a checkpoint's config names it)."""
-    from rs_lightning.data.registry import DATA_MODULES  # the registry imports this module
-
+    :func:`~rs_lightning.data.base.data_modules`, never imported: a checkpoint's config names it)."""
+    registry = data_modules()
     if isinstance(config, RSDataModule):
         return config
     config = dict(OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config)
     target = config.pop("target", None)
     try:
-        cls = DATA_MODULES.lookup(target, "data.source")
+        cls = registry.lookup(target, "data.source")
     except RegistryError as err:
         allowed = "a registered data module (e.g. rs_lightning.data.npz.NpzDataModule)"
         raise ConfigError("data.source.target", target, allowed, str(err)) from err
     try:
-        return DATA_MODULES.build({"_target_": target, **config}, "data.source")
+        return registry.build({"_target_": target, **config}, "data.source")
     except RegistryError as err:
         given = {"target": target, **config}
         raise ConfigError(

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
-import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -27,6 +24,7 @@ from rs_lightning.validation import ConfigError, unreadable_format
 
 from .normalize import Normalize, build_classifier
 from .registry import MODELS
+from .safe_load import CheckpointError, first_line, load_weights_only
 from .weights import architecture
 
 CHECKPOINT_KEY = "rs_lightning"
@@ -47,10 +45,6 @@ CERTIFY_EXAMPLE = "the .ckpt that train.py wrote (e.g. outputs/train/<date>/<tim
 RESUME_EXAMPLE = (
     "the last.ckpt of the train.py run to resume (outputs/train/<date>/<time>/checkpoints/last.ckpt)"
 )
-
-
-class CheckpointError(ValueError):
-    """A file that is not a usable rs-lightning checkpoint."""
 
 
 def build_model(config: Any, input_shape, num_classes: int, source: str) -> nn.Module:
@@ -245,63 +239,13 @@ def _check_metadata(meta: Any, source: str | os.PathLike) -> None:
         raise refuse(str(err)) from err
 
 
-_REFUSED_GLOBAL = (
-    r"Unsupported global: GLOBAL (\S+) was not an allowed global",  # a class or function not allowlisted
-    r"unsupported GLOBAL (\S+) whose module",  # one of a blocked module (os.system is posix.system)
-    r"allowlisted via `add_safe_globals`,? but got (?:<class ')?([^'\s>]+)",  # an object of such a class
-)
-_TORCH_ADVICE = ("weights_only", "Weights only load failed", "Check the documentation", "add_safe_globals")
-
-
-def _refusal(err: BaseException) -> str:
-    """One line out of the unpickler's multi-line refusal: the object it would not build. torch's advice
-    around it (re-run with ``weights_only=False``, allowlist the global) is left out: it would run the
-    file's code."""
-    text = str(err)
-    for pattern in _REFUSED_GLOBAL:
-        if found := re.search(pattern, text, re.MULTILINE):
-            return f"it would have to build {found.group(1)}"
-    lines = [line.strip() for line in text.splitlines()]
-    kept = [line for line in lines if line and not any(advice in line for advice in _TORCH_ADVICE)]
-    line = kept[0].removeprefix("WeightsUnpickler error: ") if kept else "the unpickler refused it"
-    return f"a pickle, not torch.save's format: {line}" if line.startswith("Unsupported operand") else line
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
-
-
-def _load_weights_only(path: Path, key: str, map_location: str | torch.device, example: str) -> Any:
-    """``torch.load(path, weights_only=True)``; every failure is a one-line CheckpointError naming ``key``."""
-    if path.is_dir():
-        raise CheckpointError(f"{key}={str(path)!r} is a folder, not a checkpoint file; pass {example}")
-    if not path.is_file():
-        raise CheckpointError(f"{key}={str(path)!r} does not exist; pass {example}")
-    try:
-        with warnings.catch_warnings():  # a raw pickle's protocol warning would be a second stderr line
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise CheckpointError(
-            f"{key}={str(path)!r} holds objects other than tensors and plain containers ({_refusal(err)}); "
-            "weights_only=True refuses to unpickle them, because a checkpoint from the internet must not run "
-            f"code: pass {example}"
-        ) from err
-    except Exception as err:  # the unpickler raises many types on files that are not checkpoints
-        raise CheckpointError(
-            f"{key}={str(path)!r} is not a readable checkpoint (damaged, truncated or another format: "
-            f"{_first_line(err)}); pass {example}"
-        ) from err
-
-
 def read_checkpoint(
     path: str | os.PathLike, map_location: str | torch.device = "cpu"
 ) -> tuple[dict, CheckpointMeta]:
     """``(checkpoint, metadata)``: the checkpoint dict loaded with ``weights_only=True`` and its checked
     rs-lightning metadata."""
     path = Path(path)
-    checkpoint = _load_weights_only(path, "checkpoint", map_location, CERTIFY_EXAMPLE)
+    checkpoint = load_weights_only(path, "checkpoint", map_location, CERTIFY_EXAMPLE)
     if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint or "state_dict" not in checkpoint:
         raise CheckpointError(
             f"{path} is a PyTorch file but not an rs-lightning checkpoint (no {CHECKPOINT_KEY!r} metadata); "
@@ -325,7 +269,7 @@ def check_training_checkpoint(
     (:func:`rs_lightning.cli.train.resume_checkpoint`): here every path is a file, and checked.
     """
     path = Path(path)
-    checkpoint = _load_weights_only(path, key, "cpu", RESUME_EXAMPLE)
+    checkpoint = load_weights_only(path, key, "cpu", RESUME_EXAMPLE)
     if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint or "state_dict" not in checkpoint:
         raise CheckpointError(
             f"{key}={str(path)!r} is not a training checkpoint of rs-lightning (no {CHECKPOINT_KEY!r} "
@@ -417,9 +361,7 @@ def classifier_from_checkpoint(
     except RuntimeError as err:
         raise CheckpointError(f"{_misfit(path, meta)}: {' '.join(str(err).split())}") from err
     except (ValueError, TypeError) as err:  # only the pipeline's settings get here (the net exists)
-        raise CheckpointError(
-            f"{path} has unusable pipeline metadata {pipeline}: {_first_line(err)}"
-        ) from err
+        raise CheckpointError(f"{path} has unusable pipeline metadata {pipeline}: {first_line(err)}") from err
     _require_finite({k: v for k, v in checkpoint["state_dict"].items() if k.startswith("mask.")}, path)
     _require_positive_std(model, path)
     if meta.denoiser is not None:  # denoised smoothing: f(D(x)), D's weights under denoiser.*
@@ -489,7 +431,7 @@ def require_fit(checkpoint: Mapping[str, Any], meta: CheckpointMeta, path: str |
             )
         except (ValueError, TypeError) as err:
             raise CheckpointError(
-                f"{path} has unusable pipeline metadata {settings}: {_first_line(err)}"
+                f"{path} has unusable pipeline metadata {settings}: {first_line(err)}"
             ) from err
         if mask is not None:
             expected |= {f"mask.{k}": v for k, v in mask.state_dict().items()}

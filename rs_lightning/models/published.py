@@ -37,8 +37,9 @@ from torch import nn
 
 from rs_lightning.validation import ConfigError
 
-from .checkpoint import CheckpointError, CheckpointMeta, _load_weights_only, build_model
+from .checkpoint import CheckpointMeta, build_model
 from .normalize import build_classifier
+from .safe_load import CheckpointError, load_weights_only
 
 FORMATS = ("cohen", "smoothadv", "macer", "consistency", "smoothmix", "catrs")
 """Values of ``checkpoint_format``: the repository whose training script wrote the file."""
@@ -299,7 +300,7 @@ def load_published(
     if checkpoint_format not in FORMATS:
         raise ConfigError("checkpoint_format", checkpoint_format, f"one of {', '.join(FORMATS)}")
     path = Path(path)
-    raw = _load_weights_only(path, "checkpoint", map_location, _EXAMPLE)
+    raw = load_weights_only(path, "checkpoint", map_location, _EXAMPLE)
     state = _state_dict(raw, path, checkpoint_format)
     if checkpoint_format == "macer":
         norm_state, net_state = {}, state

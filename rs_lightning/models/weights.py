@@ -13,6 +13,8 @@ from torch import nn
 
 from rs_lightning.validation import ConfigError
 
+from .safe_load import load_weights_only
+
 SAFETENSORS = (".safetensors",)
 WEIGHTS_KEY = "weights"
 """The model-config key naming an initial weights file: read when training starts, recorded in the
@@ -45,9 +47,7 @@ def read_state_file(path: str | os.PathLike, key: str = "model.weights") -> dict
             return load_file(str(path), device="cpu")
         except Exception as err:  # noqa: BLE001 (safetensors' own error types: any is a bad file)
             raise _refuse(key, path, f"it is not a readable safetensors file ({type(err).__name__})") from err
-    from .checkpoint import _load_weights_only  # the one safe torch.load, with its one-line refusals
-
-    state = _load_weights_only(path, key, "cpu", "a local .safetensors file or a .pt/.pth state dict")
+    state = load_weights_only(path, key, "cpu", "a local .safetensors file or a .pt/.pth state dict")
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not all(
