@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 from torch.multiprocessing.spawn import ProcessRaisedException
 
+from rs_lightning.analysis.published_numbers import UnknownCellError
 from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.data.base import DataFormatError, DatasetNotFoundError
 from rs_lightning.data.registry import DATA_MODULES
@@ -36,6 +38,7 @@ USER_ERRORS = (
     ResultFileError,
     NonFiniteLogitsError,
     NonFiniteLossError,  # a diverged training run: named epoch, step, method; last good checkpoint kept
+    UnknownCellError,  # a dataset, method or σ without published numbers, naming the valid choices
 )
 
 
@@ -98,18 +101,49 @@ def user_error(err: BaseException) -> BaseException | None:
     return None
 
 
+_MAYBE_USER_ERRORS = (*USER_ERRORS, InstantiationException, MissingMandatoryValue, ProcessRaisedException)
+"""The errors that :func:`user_error` may trace back to a user error."""
+
+
+def print_user_error(err: BaseException) -> bool:
+    """Print one line ``error: <message>`` to stderr for the user error behind ``err`` (:func:`user_error`);
+    False, printing nothing, for any other error."""
+    cause = user_error(err)
+    if cause is None:
+        return False
+    print(f"error: {cause}", file=sys.stderr)
+    return True
+
+
 def run_or_exit(function: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
     """Run an entry point; a user error (also an unset ``???`` value, checked first) prints one line
     ``error: ...`` and exits with status 2."""
     try:
         require_no_missing(cfg)
         return function(cfg)
-    except (*USER_ERRORS, InstantiationException, MissingMandatoryValue, ProcessRaisedException) as err:
-        cause = user_error(err)
-        if cause is None:
+    except _MAYBE_USER_ERRORS as err:
+        if not print_user_error(err):
             raise
-        print(f"error: {cause}", file=sys.stderr)
         sys.exit(2)
+
+
+P = ParamSpec("P")
+
+
+def user_errors_exit(command: Callable[P, int]) -> Callable[P, int]:
+    """Decorate a subcommand that returns its exit status: a user error (:func:`user_error`) prints one line
+    ``error: ...`` and returns 2. Other errors, and argparse's own exits (``SystemExit``), pass through."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> int:
+        try:
+            return command(*args, **kwargs)
+        except _MAYBE_USER_ERRORS as err:
+            if not print_user_error(err):
+                raise
+            return 2
+
+    return run
 
 
 RUN_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")

@@ -7,7 +7,7 @@
 - ``merge RUN_DIR``: one result from the shards of a sharded run: :mod:`.merge`
 
 Run folders are loaded, and report files written, by :mod:`.loading`. Errors: one line ``error: ...`` and
-exit status 2.
+exit status 2, from :func:`~rs_lightning.cli.common.user_errors_exit` on each subcommand.
 """
 
 from __future__ import annotations

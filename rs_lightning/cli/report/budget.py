@@ -5,7 +5,6 @@ classifier's closed form (Sun et al. 2025, Theorem 1 and Appendix B); prints it,
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,8 +21,9 @@ from rs_lightning.analysis.budget import (
 from rs_lightning.analysis.compare import Run
 from rs_lightning.analysis.plots import save_figure
 from rs_lightning.analysis.results import ResultFileError
-from rs_lightning.validation import ConfigError, require_positive
+from rs_lightning.validation import require_positive
 
+from ..common import user_errors_exit
 from .loading import load, prepare_out, write_csv
 
 DEFAULT_BUDGETS = (100, 1_000, 10_000, 100_000)
@@ -141,6 +141,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sigma", type=float, help="σ for runs that record none (old Cohen TSVs)")
 
 
+@user_errors_exit
 def budget_command(argv: Sequence[str]) -> int:
     """``report budget RUN_DIR... [--out DIR] [--overwrite] [--budgets N ...] [--sigma S]``."""
     parser = argparse.ArgumentParser(
@@ -149,11 +150,7 @@ def budget_command(argv: Sequence[str]) -> int:
     )
     add_run_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        if args.sigma is not None:
-            require_positive("--sigma", args.sigma)
-        budget_view(args.runs, args.out, budgets=args.budgets, overwrite=args.overwrite, sigma=args.sigma)
-    except (ConfigError, ResultFileError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.sigma is not None:
+        require_positive("--sigma", args.sigma)
+    budget_view(args.runs, args.out, budgets=args.budgets, overwrite=args.overwrite, sigma=args.sigma)
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,12 +28,12 @@ from rs_lightning.analysis.compare import (
 )
 from rs_lightning.analysis.metrics import draws_over_floor
 from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
-from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.analysis.uncertainty import DEFAULT_BETA, RESAMPLES, check_beta
 from rs_lightning.analysis.verdicts import compare_entries, describe, run_uncertainty
 from rs_lightning.smoothing.certificate import NORMS
-from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
+from rs_lightning.validation import require_at_least, require_non_negative, require_positive
 
+from ..common import user_errors_exit
 from .budget import add_run_arguments, budget_plot, budgets_for, run_budget_rows
 from .loading import load, md_table, prepare_out, write_csv
 
@@ -413,6 +412,7 @@ def log_to_wandb(folder: Path, table: list[dict], figures: list[Path]) -> None:
         run.finish()
 
 
+@user_errors_exit
 def compare_command(argv: Sequence[str]) -> int:
     """``report RUN_DIR... [--out DIR] [--radii R ...] [--budgets N ...] [--norm NORM] [--beta B] ...``."""
     parser = argparse.ArgumentParser(
@@ -438,28 +438,24 @@ def compare_command(argv: Sequence[str]) -> int:
         help=f"error probability of the bands and of all verdicts together (default {DEFAULT_BETA})",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    try:
-        if args.sigma is not None:
-            require_positive("--sigma", args.sigma)
-        for radius in args.radii or []:
-            require_non_negative("--radii", radius)
-        if args.dim is not None:
-            require_at_least("--dim", args.dim, 1)
-        report(
-            args.runs,
-            radii=args.radii,
-            allow_mismatch=args.allow_mismatch,
-            compare_noises=args.compare_noises,
-            use_wandb=args.wandb,
-            norm=args.norm,
-            dim=args.dim,
-            beta=check_beta(args.beta),
-            out=args.out,
-            budgets=args.budgets,
-            overwrite=args.overwrite,
-            sigma=args.sigma,
-        )
-    except (ConfigError, ResultFileError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.sigma is not None:
+        require_positive("--sigma", args.sigma)
+    for radius in args.radii or []:
+        require_non_negative("--radii", radius)
+    if args.dim is not None:
+        require_at_least("--dim", args.dim, 1)
+    report(
+        args.runs,
+        radii=args.radii,
+        allow_mismatch=args.allow_mismatch,
+        compare_noises=args.compare_noises,
+        use_wandb=args.wandb,
+        norm=args.norm,
+        dim=args.dim,
+        beta=check_beta(args.beta),
+        out=args.out,
+        budgets=args.budgets,
+        overwrite=args.overwrite,
+        sigma=args.sigma,
+    )
     return 0

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
-from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.validation import ConfigError
 
+from ..common import user_errors_exit
 
+
+@user_errors_exit
 def merge_command(argv: Sequence[str]) -> int:
     """``report merge RUN_DIR [--radius-step R]``: one result from the parts of a sharded run."""
     from rs_lightning.certification import merge_run
@@ -23,11 +24,7 @@ def merge_command(argv: Sequence[str]) -> int:
     parser.add_argument("run", metavar="RUN_DIR")
     parser.add_argument("--radius-step", type=float, help="certified-accuracy grid (default: the run's)")
     args = parser.parse_args(argv)
-    try:
-        if args.radius_step is not None and not args.radius_step > 0:
-            raise ConfigError("--radius-step", args.radius_step, "> 0")
-        merge_run(args.run, args.radius_step)
-    except (ConfigError, ResultFileError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.radius_step is not None and not args.radius_step > 0:
+        raise ConfigError("--radius-step", args.radius_step, "> 0")
+    merge_run(args.run, args.radius_step)
     return 0

@@ -4,7 +4,6 @@ that cell (``published.md``, ``published.csv``; :mod:`rs_lightning.analysis.publ
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -12,7 +11,6 @@ import numpy as np
 from rs_lightning.analysis.compare import ProtocolMismatchError, Run
 from rs_lightning.analysis.published_numbers import (
     PublishedCell,
-    UnknownCellError,
     comparison_rows,
     dataset_of,
     protocol_differences,
@@ -21,8 +19,8 @@ from rs_lightning.analysis.published_numbers import (
 from rs_lightning.analysis.published_numbers import cell as published_cell
 from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.smoothing.certificate import Certificate
-from rs_lightning.validation import ConfigError
 
+from ..common import user_errors_exit
 from .loading import load, md_table, prepare_out, write_csv
 
 
@@ -138,6 +136,7 @@ def published_report(
     return {"out": folder, "cell": cell, "run": run, "rows": rows, "differences": differences}
 
 
+@user_errors_exit
 def published_command(argv: Sequence[str]) -> int:
     """``report published RUN_DIR --dataset D --method M --sigma S [--out DIR] [--overwrite]
     [--allow-protocol-difference]``."""
@@ -158,17 +157,13 @@ def published_command(argv: Sequence[str]) -> int:
         help="compare a run certified under another protocol (the difference is stated in the output)",
     )
     args = parser.parse_args(argv)
-    try:
-        published_report(
-            args.run,
-            args.dataset,
-            args.method,
-            args.sigma,
-            args.out,
-            allow_protocol_difference=args.allow_protocol_difference,
-            overwrite=args.overwrite,
-        )
-    except (UnknownCellError, ConfigError, ResultFileError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    published_report(
+        args.run,
+        args.dataset,
+        args.method,
+        args.sigma,
+        args.out,
+        allow_protocol_difference=args.allow_protocol_difference,
+        overwrite=args.overwrite,
+    )
     return 0
