@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from bench.throughput import machine_info
-from rs_lightning.analysis.results import RunSummary
+from rs_lightning.runs import RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "certify_scaling.json"

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from bench.throughput import machine_info
-from rs_lightning.analysis.compare import load_run
 from rs_lightning.analysis.metrics import certified_accuracy
+from rs_lightning.analysis.run_view import load_run
 from rs_lightning.smoothing import CertificationSpec
 from rs_lightning.smoothing.samplers import Sequential
 from rs_lightning.smoothing.stats import clopper_pearson_lower

@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from rs_lightning.analysis.compare import load_run
+from rs_lightning.analysis.run_view import load_run
 
 
 def _aligned(reference, run) -> tuple[dict, dict]:

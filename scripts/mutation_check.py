@@ -229,7 +229,7 @@ MUTANTS = [
     ),
     (
         "constant reference of class 0 instead of the majority class",
-        "rs_lightning/analysis/compare.py",
+        "rs_lightning/analysis/run_view.py",
         "label = max(shares, key=lambda c: (shares[c], -c))",
         "label = 0",
         "tests/analysis/test_compare.py::"

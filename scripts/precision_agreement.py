@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from rs_lightning.analysis.compare import load_run
+from rs_lightning.analysis.run_view import load_run
 from rs_lightning.cli.certify import file_sha256
 from rs_lightning.cli.common import checkpoint_datamodule
 from rs_lightning.data.subset import evenly_spaced, subset_indices

@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rs_lightning.analysis.compare import load_run  # noqa: E402
 from rs_lightning.analysis.metrics import certified_accuracy, draws_over_floor  # noqa: E402
+from rs_lightning.analysis.run_view import load_run  # noqa: E402
 
 
 def subset(run, idx):

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rs_lightning.analysis.results import ResultFileError, RunSummary
+from rs_lightning.runs import ResultFileError, RunSummary
 
 
 def summary(run: Path) -> RunSummary:

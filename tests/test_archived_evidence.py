@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from rs_testing import REPO, run_script
 
-from rs_lightning.analysis.results import read_results
+from rs_lightning.runs import read_results
 
 RESULTS = REPO / "docs" / "results"
 STRUCTURED = RESULTS / "mnist_structured"

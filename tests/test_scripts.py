@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rs_testing import REPO
 
-from rs_lightning.analysis.results import ResultWriter
+from rs_lightning.runs import ResultWriter
 
 
 def write_run(folder: Path, radii, correct, idx=None) -> Path:

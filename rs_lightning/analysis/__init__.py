@@ -1,4 +1,6 @@
-"""Pure functions over certification results: metrics, result files, plots. No Lightning, no Hydra."""
+"""Reading certification runs for reports: one run's view (:mod:`.run_view`), whether runs compare
+(:mod:`.protocol`), metrics, uncertainty and verdicts, budgets, dominance and plots. The run folder itself
+(its files, records, locks and resume) is :mod:`rs_lightning.runs`. No Lightning, no Hydra."""
 
 from .metrics import (
     ECDF_GRID,
@@ -9,18 +11,13 @@ from .metrics import (
     summarize,
     true_label_pa,
 )
-from .results import COLUMNS, ResultFileError, ResultWriter, read_results
 
 __all__ = [
-    "COLUMNS",
     "ECDF_GRID",
-    "ResultFileError",
-    "ResultWriter",
     "average_certified_radius",
     "certified_accuracy",
     "pa_ecdf",
     "radius_grid",
-    "read_results",
     "summarize",
     "true_label_pa",
 ]

@@ -19,7 +19,9 @@ from itertools import product
 
 import numpy as np
 
-from .compare import Run, same_inputs, sigma_groups
+from rs_lightning.analysis.protocol import same_inputs, sigma_groups
+from rs_lightning.analysis.run_view import Run
+
 from .metrics import ECDF_GRID
 from .uncertainty import (
     DEFAULT_BETA,

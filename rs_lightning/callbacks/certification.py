@@ -20,10 +20,10 @@ from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
 from rs_lightning.analysis.metrics import ECDF_GRID, true_label_pa
 from rs_lightning.analysis.plots import pa_ecdf_figure, save_figure
-from rs_lightning.analysis.results import certify_rows
 from rs_lightning.analysis.uncertainty import DEFAULT_BETA, Band, Counts, check_beta, pa_curve_band
 from rs_lightning.data.subset import evenly_spaced
 from rs_lightning.metrics import AverageCertifiedRadius, CertifiedAccuracy, PAEcdf, PAEstimates
+from rs_lightning.runs import certify_rows
 from rs_lightning.smoothing import CertificationSpec, certify_dataset
 from rs_lightning.smoothing.engine import check_norm_supported
 from rs_lightning.smoothing.pipeline import pipeline_of

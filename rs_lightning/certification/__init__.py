@@ -1,7 +1,7 @@
 """Certification runs: a validated :class:`CertificationPlan` (:mod:`.plan`), executed once
 (:mod:`.execute`) by one process, a ``shard=i/k`` part or DDP ranks (:mod:`.ranks`), which differ only in
 the :class:`Part` each certifies (:mod:`.part`); a finished run's summary (:mod:`.summary`). Above the core
-(:mod:`rs_lightning.smoothing`) and the result files (:mod:`rs_lightning.analysis.results`); nothing here
+(:mod:`rs_lightning.smoothing`) and the run folder (:mod:`rs_lightning.runs`); nothing here
 reads a config."""
 
 from .execute import execute

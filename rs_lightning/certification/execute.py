@@ -10,25 +10,11 @@ this run's (copied in from another run, with or without their settings.json).
 
 from __future__ import annotations
 
-import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
-
-from rs_lightning.analysis.results import (
-    FolderLock,
-    ResultFileError,
-    RunRecord,
-    fingerprints,
-    merge_parts,
-    part_tables,
-    read_results,
-    settings_mismatch,
-)
 from rs_lightning.cpu_allocator import tune_cpu_allocator
-from rs_lightning.smoothing import CertificationSpec
-from rs_lightning.validation import ConfigError
+from rs_lightning.runs import FolderLock, ResultFileError, check_resume, merge_parts
 
 from .part import certify_part
 from .plan import CertificationPlan, OneProcess, Ranks
@@ -86,72 +72,3 @@ def _folder_lock(out: Path, processes: OneProcess | Ranks):
         return nullcontext()
     external = processes.trainer.strategy.cluster_environment.creates_processes_externally
     return FolderLock(out, shared=external, check_ranks=not external)
-
-
-def check_resume(out: Path, settings: RunRecord, table_path: Path) -> None:
-    """Refuse a folder whose rows were made under other statistical settings: those in its ``settings.json``
-    (named in the message); without it, what the rows record of them (:func:`_check_rows_match`, naming it);
-    and in either case rows whose protocol fingerprint is not this run's (rows copied in from another run,
-    differing in any setting). Rows without the column (earlier versions') have only the first two checks."""
-    old = RunRecord.read(out)
-    if old is not None:
-        before, now = old.identity(), settings.identity()
-        changed = {k: (before[k], now[k]) for k in now if before[k] != now[k]}
-        if changed:
-            detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in changed.items())
-            raise ConfigError(
-                "output_dir", str(out), "a folder certified with the same settings",
-                f"It holds results for other settings ({detail}); choose another output_dir so no rows are "
-                "mixed",
-            )  # fmt: skip
-    fingerprint = settings.fingerprint()
-    for path in part_tables(table_path):
-        try:
-            with warnings.catch_warnings():  # a killed run's last row: its writer warns when it redoes it
-                warnings.simplefilter("ignore")
-                rows = read_results(path, ("idx",)) if path.stat().st_size else {}
-        except ResultFileError:
-            continue  # a malformed or foreign file: the writer and the merge refuse it
-        if old is None and rows:
-            _check_rows_match(table_path, path, rows, settings.spec, settings.dim)
-        other = [f for f in fingerprints(rows) or () if f != fingerprint]
-        if other:
-            where = "and no settings.json" if old is None else "though settings.json matches (copied rows)"
-            found = f"rows of another protocol (fingerprint {other[0]})"
-            _refuse_rows(table_path, path, found, f"fingerprint {fingerprint}", where)
-
-
-def _check_rows_match(
-    table_path: Path, path: Path, rows: dict, spec: CertificationSpec, dim: int | None
-) -> None:
-    """Without ``settings.json``, the rows of ``path`` must be what this run would write: their
-    ``n``/``n0`` columns fit its n and n0, and the settings each row records implicitly agree with its own —
-    ``alpha`` through ``pA_lower`` = the Clopper–Pearson bound of ``nA`` of ``n`` (PREDICT: through
-    abstaining exactly where ``pvalue > alpha``), and sigma/norm through ``radius`` = scale·Φ⁻¹(pA_lower)."""
-    required = ("n",) if spec.mode == "predict" else ("n", "n0")
-    if not set(required) <= rows.keys():
-        return  # an old file without these columns: the writer checks its header
-    n_a0 = rows.get("nA0")
-    if spec.mode == "certify":
-        bad = ~spec.sampler.rows_fit(spec, rows["n"], rows["n0"], n_a0, dim)
-        expected = spec.sampler.expected(spec)
-    else:
-        bad, expected = rows["n"] != spec.n, f"n={spec.n}"
-    if bad.any():
-        j = int(np.argmax(bad))
-        found = f"n={int(rows['n'][j])}" + (f", n0={int(rows['n0'][j])}" if "n0" in rows else "")
-        _refuse_rows(table_path, path, f"rows with {found} (idx {int(rows['idx'][j])})", expected)
-    levels = spec.row_levels(rows["n"], n_a0, dim)  # each row's own level (sequential: by its look)
-    mismatch = settings_mismatch(rows, spec.mode, levels, spec.sigma, spec.norm, dim, spec.noise)
-    if mismatch is not None:
-        _refuse_rows(table_path, path, *mismatch)
-
-
-def _refuse_rows(
-    table_path: Path, path: Path, found: str, now: str, context: str = "and no settings.json"
-) -> None:
-    raise ConfigError(
-        "output_dir", str(table_path.parent), "a folder certified with the same settings",
-        f"{path.name} holds {found} {context}; this run has {now}. Choose another output_dir so no rows are "
-        "mixed",
-    )  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from tqdm import tqdm
 
-from rs_lightning.analysis.results import ResultWriter, done_indices, run_columns
+from rs_lightning.runs import ResultWriter, done_indices, run_columns
 from rs_lightning.smoothing import run_dataset
 
 from .plan import CertificationPlan, Part

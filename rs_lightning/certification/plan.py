@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from rs_lightning.analysis.results import ResultTable, RunRecord, result_table, shard_table
+from rs_lightning.runs import ResultTable, RunRecord, result_table, shard_table
 from rs_lightning.smoothing import CertificationSpec
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ whatever the world size, and a killed run resumes with any world size.
 
 Ranks die with their launcher (the certify.py process that started them): each asks the kernel for SIGKILL
 when its parent ends (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere a watchdog thread polls the parent), and
-each holds the folder's rank lock while it certifies (:func:`~rs_lightning.analysis.results.hold_rank_lock`),
+each holds the folder's rank lock while it certifies (:func:`~rs_lightning.runs.locks.hold_rank_lock`),
 so a killed launcher leaves no rank writing and a resume is refused until every rank has ended.
 """
 
@@ -29,9 +29,9 @@ from contextlib import contextmanager
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
-from rs_lightning.analysis.results import hold_rank_lock
 from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.interrupts import raise_on_stop_signals
+from rs_lightning.runs import hold_rank_lock
 
 from .part import certify_part
 from .plan import CertificationPlan, Part, Ranks

@@ -9,7 +9,7 @@ import numpy as np
 
 from rs_lightning.analysis.metrics import summarize, summarize_predictions, true_label_pa
 from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
-from rs_lightning.analysis.results import (
+from rs_lightning.runs import (
     FolderLock,
     ResultFileError,
     RunRecord,

@@ -29,7 +29,6 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.multiprocessing.spawn import ProcessExitedException
 
-from rs_lightning.analysis.results import RunRecord, done_indices
 from rs_lightning.certification import CertificationPlan, OneProcess, Part, Ranks, execute
 from rs_lightning.certification.ranks import die_with_launcher, launcher_of_this_rank
 from rs_lightning.data.subset import parse_shard, subset_indices
@@ -43,6 +42,7 @@ from rs_lightning.models.checkpoint import (
 )
 from rs_lightning.models.normalize import build_classifier
 from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_published
+from rs_lightning.runs import RunRecord, done_indices
 from rs_lightning.smoothing import CertificationSpec
 from rs_lightning.smoothing.auto import AUTO, fastest, label, supported_precisions
 from rs_lightning.smoothing.engine import check_norm_supported

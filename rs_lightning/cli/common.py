@@ -21,12 +21,12 @@ from omegaconf.errors import MissingMandatoryValue
 from torch.multiprocessing.spawn import ProcessRaisedException
 
 from rs_lightning.analysis.published_numbers import UnknownCellError
-from rs_lightning.analysis.results import ResultFileError
 from rs_lightning.data.base import DataFormatError, DatasetNotFoundError
 from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.methods.faults import NonFiniteLossError
 from rs_lightning.models.checkpoint import CheckpointError, CheckpointMeta
 from rs_lightning.registry import RegistryError
+from rs_lightning.runs import ResultFileError
 from rs_lightning.smoothing import NonFiniteLogitsError
 from rs_lightning.validation import ConfigError, MissingValueError
 

@@ -21,7 +21,6 @@ from omegaconf import DictConfig
 from torch.multiprocessing.spawn import ProcessExitedException
 
 from rs_lightning import __version__
-from rs_lightning.analysis.results import try_flock
 from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.interrupts import Interrupted, launcher_passes_signals_on
@@ -37,6 +36,7 @@ from rs_lightning.models.checkpoint import (
 )
 from rs_lightning.models.registry import MODELS
 from rs_lightning.models.weights import WEIGHTS_KEY, architecture, load_weights
+from rs_lightning.runs import try_flock
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
 
 from .common import check_trainer_config, plain, require_writable_dir

@@ -8,7 +8,7 @@ import pytest
 from rs_testing import certify_config
 from scipy.stats import beta, binom, norm
 
-from rs_lightning.analysis import average_certified_radius, certified_accuracy, read_results
+from rs_lightning.analysis import average_certified_radius, certified_accuracy
 from rs_lightning.analysis.budget import (
     EXTRAPOLATION_WARNING,
     BudgetExtrapolationWarning,
@@ -23,6 +23,7 @@ from rs_lightning.analysis.budget import (
     radius_at_count,
 )
 from rs_lightning.analysis.metrics import true_label_pa
+from rs_lightning.runs import read_results
 from rs_lightning.smoothing.certificate import max_certifiable_radius, radius_from_pa
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 

@@ -5,20 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from rs_lightning.analysis import ECDF_GRID, ResultFileError, ResultWriter, pa_ecdf
-from rs_lightning.analysis.compare import (
-    ProtocolMismatchError,
-    assign_labels,
-    check_protocol,
-    comparison_table,
-    dominance,
-    ecdf_relation,
-    find_run_paths,
-    load_run,
-    load_runs,
-    partly_unverified,
-)
-from rs_lightning.analysis.results import RunRecord
+from rs_lightning.analysis import ECDF_GRID, pa_ecdf
+from rs_lightning.analysis.compare import comparison_table, dominance, ecdf_relation
+from rs_lightning.analysis.protocol import ProtocolMismatchError, check_protocol, partly_unverified
+from rs_lightning.analysis.run_view import assign_labels, find_run_paths, load_run, load_runs
+from rs_lightning.runs import ResultFileError, ResultWriter, RunRecord
 from rs_lightning.smoothing import certificate
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 
@@ -197,7 +188,7 @@ def test_constant_reference_is_the_majority_class_with_its_share_and_closed_form
     from scipy.stats import norm
 
     from rs_lightning.analysis.budget import constant_classifier_acr
-    from rs_lightning.analysis.compare import Run
+    from rs_lightning.analysis.run_view import Run
 
     idx = [12, 7, 17, 27, 35, 47, 3, 13]  # write_run's label is idx % 10
     run = load_run(write_run(tmp_path / "run", np.full(8, 990), idx=idx, sigma=0.25, alpha=0.001))

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rs_lightning.analysis.compare import Run
 from rs_lightning.analysis.metrics import draws_over_floor
-from rs_lightning.analysis.results import ResultFileError, RunRecord
+from rs_lightning.analysis.run_view import Run
+from rs_lightning.runs import ResultFileError, RunRecord
 from rs_lightning.smoothing import CertificationSpec, Sequential
 
 RADII = (0.0, 0.25, 0.5, 0.75)  # thresholds Φ(r/0.5): 0.5, 0.69, 0.84, 0.93

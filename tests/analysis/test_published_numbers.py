@@ -14,8 +14,8 @@ from rs_testing import REPO, compose_config
 from scipy.stats import norm
 
 from rs_lightning.analysis import published_numbers as pn
-from rs_lightning.analysis.results import ResultWriter, write_json_atomic
 from rs_lightning.cli.report import main
+from rs_lightning.runs import ResultWriter, write_json_atomic
 from rs_lightning.smoothing.certificate import radius_from_pa
 from rs_lightning.smoothing.spec import CertificationSpec
 from rs_lightning.smoothing.stats import clopper_pearson_lower

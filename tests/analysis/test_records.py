@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rs_lightning.analysis.results import (
+from rs_lightning.runs import (
     RUN_FORMAT,
     SETTINGS_ADDED_LATER,
     ResultFileError,

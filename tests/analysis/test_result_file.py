@@ -9,23 +9,26 @@ import numpy as np
 import pytest
 import torch
 
-from rs_lightning.analysis import COLUMNS, ResultFileError, ResultWriter, read_results
-from rs_lightning.analysis.compare import load_run
-from rs_lightning.analysis.results import (
+from rs_lightning.analysis.run_view import load_run
+from rs_lightning.runs import (
     ADDED_LATER,
+    COLUMNS,
     FINGERPRINT,
     IDENTITY_KEYS,
     PREDICT_COLUMNS,
+    ResultFileError,
+    ResultWriter,
     RunRecord,
     certify_rows,
+    check_resume,
     file_formats,
     in_subset,
     merge_parts,
     predict_rows,
+    read_results,
     run_columns,
     shard_table,
 )
-from rs_lightning.certification.execute import check_resume
 from rs_lightning.smoothing import CertificationSpec, InputSpecific, certify_batch, predict_batch
 from rs_lightning.smoothing.certificate import radius_from_pa
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rs_lightning.analysis.compare import Run, assign_labels
-from rs_lightning.analysis.results import RunRecord
+from rs_lightning.analysis.run_view import Run, assign_labels
 from rs_lightning.analysis.verdicts import compare_entries, entries, run_uncertainty
+from rs_lightning.runs import RunRecord
 
 M = 600
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from rs_lightning.analysis.results import RunRecord, read_results, result_table
 from rs_lightning.certification import CertificationPlan, OneProcess, Part, execute
+from rs_lightning.runs import RunRecord, read_results, result_table
 from rs_lightning.smoothing import CertificationSpec
 
 INDICES = list(range(0, 30, 3))

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import open_dict
 from rs_testing import compose_config
 
-from rs_lightning.analysis.compare import load_run
+from rs_lightning.analysis.run_view import load_run
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.report import main
 from rs_lightning.cli.report.compare import report

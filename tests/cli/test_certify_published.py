@@ -8,7 +8,7 @@ import pytest
 import torch
 from rs_testing import certify_config
 
-from rs_lightning.analysis.compare import load_run
+from rs_lightning.analysis.run_view import load_run
 from rs_lightning.cli.certify import certify, published_model_and_data
 from rs_lightning.cli.report.loading import method_name
 from rs_lightning.models import CIFARResNet, build_classifier

@@ -10,12 +10,13 @@ import pytest
 import torch
 from rs_testing import REPO, certify_config, train_config
 
-from rs_lightning.analysis.compare import check_protocol, load_runs
-from rs_lightning.analysis.results import PREDICT_COLUMNS, ResultFileError, read_results
+from rs_lightning.analysis.protocol import check_protocol
+from rs_lightning.analysis.run_view import load_runs
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.report import main as report_main
 from rs_lightning.cli.train import train
 from rs_lightning.models.checkpoint import CheckpointError
+from rs_lightning.runs import PREDICT_COLUMNS, ResultFileError, read_results
 from rs_lightning.smoothing import CertificationSpec, NonFiniteLogitsError, Sequential
 from rs_lightning.validation import ConfigError
 

@@ -11,12 +11,12 @@ import pytest
 from omegaconf import open_dict
 from rs_testing import REPO, certify_config, compose_config
 
-from rs_lightning.analysis import read_results
 from rs_lightning.analysis.budget import class_shares, constant_classifier_acr
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.report import main
 from rs_lightning.cli.report.compare import report
 from rs_lightning.cli.report.loading import load
+from rs_lightning.runs import read_results
 from rs_lightning.validation import ConfigError
 
 CONSTANT = ["checkpoint=null", "model=constant", "data=digits", "sigma=0.25", "n0=10"]
@@ -241,7 +241,7 @@ def test_module_entry_point_reports_errors_in_one_line(tmp_path):
 def test_report_flags_an_acr_order_that_contradicts_ecdf_dominance(constant_runs, tmp_path):
     """A copy of a run certified at N = 100,000 with p̂ = 1 − 1/N instead of 1: its ECDF is dominated, yet its
     ACR is larger (the radius cap grows with N). Rows are what CERTIFY writes (the report checks them)."""
-    from rs_lightning.analysis import COLUMNS, ResultWriter
+    from rs_lightning.runs import COLUMNS, ResultWriter
     from rs_lightning.smoothing.certificate import radius_from_pa
     from rs_lightning.smoothing.stats import clopper_pearson_lower
 
@@ -308,7 +308,7 @@ def test_report_shows_bands_and_verdicts_and_refuses_other_data(constant_runs, t
 
 
 def _rows(folder, radii, correct, idx=None):
-    from rs_lightning.analysis import ResultWriter
+    from rs_lightning.runs import ResultWriter
 
     idx = range(len(radii)) if idx is None else idx
     with ResultWriter(folder / "certify.tsv") as writer:

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from rs_lightning.analysis.published_numbers import dataset_of
-from rs_lightning.analysis.results import ResultWriter, write_json_atomic
 from rs_lightning.cli.report import main
 from rs_lightning.data.npz import NpzDataModule
+from rs_lightning.runs import ResultWriter, write_json_atomic
 from rs_lightning.smoothing.certificate import radius_from_pa
 from rs_lightning.smoothing.spec import CertificationSpec
 from rs_lightning.smoothing.stats import clopper_pearson_lower

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from rs_testing import certify_config
 
-from rs_lightning.analysis.results import read_results
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.report import main as report_main
+from rs_lightning.runs import read_results
 from rs_lightning.smoothing import SAMPLERS, CertificationSpec, Sampler, register_sampler
 from rs_lightning.smoothing.noise import Phase
 from rs_lightning.smoothing.samplers import Draws

@@ -7,9 +7,9 @@ import pytest
 import torch
 from rs_testing import REPO, certify_config, train_config
 
-from rs_lightning.analysis import COLUMNS, read_results
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.train import train
+from rs_lightning.runs import COLUMNS, read_results
 from rs_lightning.validation import ConfigError
 
 
@@ -39,7 +39,7 @@ def test_callback_numbers_equal_certify_numbers(trained_digits, tmp_path):
         assert logged[f"val/certified_accuracy@{float(radius):g}"] == pytest.approx(accuracy, abs=1e-6)
     assert logged["val/abstain_rate"] == pytest.approx(summary["abstain_rate"], abs=1e-6)
     # the band the callback logs is the one the report computes from certify.py's rows
-    from rs_lightning.analysis.compare import load_run
+    from rs_lightning.analysis.run_view import load_run
     from rs_lightning.analysis.uncertainty import Counts, pa_curve_band
 
     band = pa_curve_band(Counts.from_rows(load_run(tmp_path).rows), 0.05)

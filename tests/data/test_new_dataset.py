@@ -14,7 +14,7 @@ import sys
 
 from rs_testing import REPO
 
-from rs_lightning.analysis.results import read_results
+from rs_lightning.runs import read_results
 
 DATASET = '''"""Stripes: 8x8 images of a horizontal or a vertical bar (a dataset for the layout test)."""
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 from rs_testing import REPO, SMALL, assert_one_line_error, certify_config, run_script, without_time
 
-from rs_lightning.analysis.results import FINGERPRINT, FolderLock, ResultFileError, RunRecord, read_results
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.report import main as report_main
+from rs_lightning.runs import FINGERPRINT, FolderLock, ResultFileError, RunRecord, read_results
 from rs_lightning.validation import ConfigError
 
 
@@ -82,7 +82,7 @@ def test_a_live_rank_keeps_every_other_run_out(trained_digits, tmp_path):
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
             sys.path.insert(0, {str(REPO)!r})
-            from rs_lightning.analysis.results import hold_rank_lock
+            from rs_lightning.runs import hold_rank_lock
             lock = hold_rank_lock({str(tmp_path)!r})
             print("held", flush=True)
             time.sleep(120)

@@ -18,14 +18,14 @@ from rs_testing import certify_config, train_config
 from scipy.stats import norm
 from torch import nn
 
-from rs_lightning.analysis.compare import load_run
-from rs_lightning.analysis.results import ResultFileError
+from rs_lightning.analysis.run_view import load_run
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.train import train
 from rs_lightning.data import NpzDataModule
 from rs_lightning.methods.ars import AdaptiveRS
 from rs_lightning.models import LeNet, build_classifier
 from rs_lightning.models.checkpoint import load_classifier
+from rs_lightning.runs import ResultFileError
 from rs_lightning.validation import ConfigError
 
 SHAPE = (1, 16, 16)

@@ -18,9 +18,9 @@ from rs_lightning.analysis.budget import (
     check_budget,
     constant_classifier_acr,
 )
-from rs_lightning.analysis.compare import Run
 from rs_lightning.analysis.plots import save_figure
-from rs_lightning.analysis.results import ResultFileError
+from rs_lightning.analysis.run_view import Run
+from rs_lightning.runs import ResultFileError
 from rs_lightning.validation import require_positive
 
 from ..common import user_errors_exit

@@ -13,21 +13,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rs_lightning.analysis.budget import EXTRAPOLATION_WARNING, constant_classifier_budget
-from rs_lightning.analysis.compare import (
+from rs_lightning.analysis.compare import comparison_table, default_radii, dominance, dominance_matrix
+from rs_lightning.analysis.metrics import draws_over_floor
+from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
+from rs_lightning.analysis.protocol import (
     NOISE_KEY,
-    Run,
     check_protocol,
-    comparison_table,
-    default_radii,
-    dominance,
-    dominance_matrix,
     incomparable,
     partly_unverified,
     sigma_groups,
     unverified_keys,
 )
-from rs_lightning.analysis.metrics import draws_over_floor
-from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
+from rs_lightning.analysis.run_view import Run
 from rs_lightning.analysis.uncertainty import DEFAULT_BETA, RESAMPLES, check_beta
 from rs_lightning.analysis.verdicts import compare_entries, describe, run_uncertainty
 from rs_lightning.smoothing.certificate import NORMS

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rs_lightning.analysis.compare import Run, assign_labels, load_runs
-from rs_lightning.analysis.results import ResultFileError
+from rs_lightning.analysis.run_view import Run, assign_labels, load_runs
+from rs_lightning.runs import ResultFileError
 from rs_lightning.validation import ConfigError
 
 from ..common import require_writable_dir

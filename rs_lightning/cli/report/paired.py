@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from rs_lightning.analysis.compare import assign_labels, check_protocol, load_runs
+from rs_lightning.analysis.protocol import check_protocol
+from rs_lightning.analysis.run_view import assign_labels, load_runs
 from rs_lightning.analysis.uncertainty import (
     DEFAULT_BETA,
     check_beta,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rs_lightning.analysis.compare import ProtocolMismatchError, Run
+from rs_lightning.analysis.protocol import ProtocolMismatchError
 from rs_lightning.analysis.published_numbers import (
     PublishedCell,
     comparison_rows,
@@ -17,7 +17,8 @@ from rs_lightning.analysis.published_numbers import (
     published_protocol,
 )
 from rs_lightning.analysis.published_numbers import cell as published_cell
-from rs_lightning.analysis.results import ResultFileError
+from rs_lightning.analysis.run_view import Run
+from rs_lightning.runs import ResultFileError
 from rs_lightning.smoothing.certificate import Certificate
 
 from ..common import user_errors_exit
