@@ -25,8 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rs_lightning.analysis.run_view import load_run
-from rs_lightning.cli.certify import file_sha256
-from rs_lightning.cli.common import checkpoint_datamodule
+from rs_lightning.cli.common import checkpoint_datamodule, file_sha256
 from rs_lightning.data.subset import evenly_spaced, subset_indices
 from rs_lightning.models.checkpoint import load_classifier
 from rs_lightning.smoothing import BaseClassifier, Phase

@@ -35,7 +35,6 @@ from rs_lightning.data.subset import parse_shard, subset_indices
 from rs_lightning.interrupts import Interrupted, launcher_passes_signals_on, stop_at_once_on_signals
 from rs_lightning.models.checkpoint import (
     CheckpointMeta,
-    build_denoiser,
     classifier_from_checkpoint,
     read_checkpoint,
     require_fit,
@@ -51,16 +50,15 @@ from rs_lightning.smoothing.precision import check_precision_supported
 from rs_lightning.smoothing.samplers import check_unused_settings
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
-from .common import check_trainer_config, checkpoint_datamodule, plain, require_writable_dir, resolve_device
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes (read in 1 MiB chunks): what ``settings.json`` records of a checkpoint."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+from .common import (
+    check_trainer_config,
+    checkpoint_datamodule,
+    file_sha256,
+    plain,
+    require_writable_dir,
+    resolve_device,
+)
+from .diffusion import with_diffusion
 
 
 def inputs_digest(dataset, indices) -> str:
@@ -350,56 +348,6 @@ def resume_command(out: Path) -> str:
         overrides = []
     kept = [a for a in overrides if not a.startswith(("output_dir=", "hydra.run.dir="))]
     return shlex.join(["python", "certify.py", *kept, f"output_dir={out}"])
-
-
-def with_diffusion(cfg: DictConfig, model, meta: CheckpointMeta, sigma: float, device: torch.device):
-    """``diffusion=FOLDER``: ``(f∘D, metadata recording D)``, with D the one-shot denoising of the diffusers
-    DDPM in FOLDER (:mod:`rs_lightning.models.diffusion`) in front of the checkpoint's classifier f; D's
-    timestep follows the certification sigma. ``(model, meta)`` unchanged without it."""
-    from rs_lightning.models.denoisers import DenoisedClassifier
-    from rs_lightning.models.diffusion import (
-        DiffusionDenoiser,
-        diffusers_config,
-        load_diffusers_weights,
-        load_openai_weights,
-    )
-
-    folder = cfg.get("diffusion")
-    if folder is None:
-        return model, meta
-    if meta.denoiser is not None or meta.pipeline is not None:
-        raise ConfigError(
-            "diffusion", folder, "null for this checkpoint", "it already holds a denoiser or a pipeline"
-        )
-    flags = cfg.get("diffusion_flags")
-    openai = Path(folder).is_file()
-    if openai and flags is None:
-        raise ConfigError(
-            "diffusion_flags", None, "the flags of the openai model in this file",
-            "e.g. diffusion_flags=256x256_diffusion_uncond (presets in conf/diffusion_flags)",
-        )  # fmt: skip
-    try:
-        if openai:
-            config = {"_target_": f"{DiffusionDenoiser.__module__}.DiffusionDenoiser",
-                      "openai": OmegaConf.to_container(flags, resolve=True)}  # fmt: skip
-            denoiser = build_denoiser(config, meta.input_shape, str(folder))
-            load_openai_weights(denoiser, folder)
-            weights = Path(folder)
-        else:
-            config = diffusers_config(folder)
-            denoiser = build_denoiser(config, meta.input_shape, str(folder))
-            load_diffusers_weights(denoiser, folder)
-            weights = next(Path(folder).glob("**/diffusion_pytorch_model.safetensors"))
-    except (ValueError, ImportError) as err:
-        expected = (
-            "an openai improved/guided-diffusion state dict matching diffusion_flags" if openai
-            else "a diffusers UNet2DModel folder (config.json and its safetensors weights)"
-        )  # fmt: skip
-        raise ConfigError("diffusion", folder, expected, " ".join(str(err).split())) from err
-    record = {"model": config, "sigma": sigma, "objective": None, "diffusers": str(Path(folder).resolve()),
-              "diffusers_sha256": file_sha256(weights)}  # fmt: skip
-    model = DenoisedClassifier(denoiser.to(device).eval(), model)
-    return model, dataclasses.replace(meta, denoiser=record)
 
 
 def plan_run(cfg: DictConfig) -> CertificationPlan:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import os
 import re
 import sys
@@ -392,3 +393,12 @@ def checkpoint_datamodule(cfg: DictConfig, meta: CheckpointMeta):
             f"not {tuple(datamodule.input_shape)}",
         )
     return datamodule
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes (read in 1 MiB chunks): what ``settings.json`` records of a checkpoint."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

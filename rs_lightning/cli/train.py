@@ -27,14 +27,9 @@ from rs_lightning.interrupts import Interrupted, launcher_passes_signals_on
 from rs_lightning.loggers import ResumableCSVLogger, trained_batches
 from rs_lightning.methods.base import SmoothingMethod, check_training_noise
 from rs_lightning.models import build_classifier
-from rs_lightning.models.checkpoint import (
-    CHECKPOINT_KEY,
-    RESUME_MUST_MATCH,
-    CheckpointMeta,
-    check_resumable,
-    check_training_checkpoint,
-)
+from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta, check_training_checkpoint
 from rs_lightning.models.registry import MODELS
+from rs_lightning.models.resume import RESUME_MUST_MATCH, check_resumable
 from rs_lightning.models.weights import WEIGHTS_KEY, architecture, load_weights
 from rs_lightning.runs import try_flock
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
@@ -161,7 +156,7 @@ def _value(cfg: DictConfig, key: str):
 
 def check_resume_matches(cfg: DictConfig, checkpoint: dict, ckpt_path: str | None = None) -> None:
     """Refuse to resume with another method, sigma, model, data, recipe or seed than the checkpoint's
-    (:func:`~rs_lightning.models.checkpoint.check_resumable`, the rule every method applies again to the
+    (:func:`~rs_lightning.models.resume.check_resumable`, the rule every method applies again to the
     file Lightning loads)."""
     saved = CheckpointMeta.from_dict(checkpoint[CHECKPOINT_KEY])
     now = CheckpointMeta(**{key: _value(cfg, key) for key in RESUME_MUST_MATCH})

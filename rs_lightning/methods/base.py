@@ -42,7 +42,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torchmetrics import MeanMetric
 
-from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta, check_resumable
+from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta
+from rs_lightning.models.resume import check_resumable
 from rs_lightning.smoothing.certificate import Certificate, default_norm
 from rs_lightning.smoothing.soft import noisy_logits
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
@@ -397,7 +398,7 @@ class SmoothingMethod(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Restore this method's own state; first refuse a checkpoint trained under other settings than
-        this run's (:func:`~rs_lightning.models.checkpoint.check_resumable`), whichever way Lightning found
+        this run's (:func:`~rs_lightning.models.resume.check_resumable`), whichever way Lightning found
         the file (a path, ``last``, ``hpc``, its SLURM auto-resume): the weights are never restored under
         metadata they did not train with."""
         if self.metadata is not None:

@@ -20,7 +20,7 @@ from torch import nn
 
 from rs_lightning.registry import RegistryError, check_plain
 from rs_lightning.smoothing.certificate import NOISES
-from rs_lightning.validation import ConfigError, unreadable_format
+from rs_lightning.validation import unreadable_format
 
 from .normalize import Normalize, build_classifier
 from .registry import MODELS
@@ -136,50 +136,6 @@ class CheckpointMeta:
         ``settings.json``, so a run folder names its method after the checkpoint is gone."""
         target = self.method.get("_target_") if isinstance(self.method, dict) else None
         return str(target).rsplit(".", 1)[-1] if target else None
-
-
-RESUME_MUST_MATCH = ("sigma", "noise", "seed", "method", "model", "data", "optim")
-"""What a resumed training run must share with its checkpoint (but :data:`RESUME_MAY_CHANGE`): the weights
-and optimizer state were trained under them, and the resumed run writes them into every new checkpoint."""
-RESUME_MAY_CHANGE = (
-    "optim.max_epochs", "data.num_workers", "data.val_batch_size", "data.root", "data.path",
-    "data.source.root", "data.source.path", "data.background_dir",
-)  # fmt: skip
-
-
-def _flat(tree: Any, prefix: str = "") -> dict:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out = {}
-    for key, value in tree.items():
-        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
-def resume_differences(saved: CheckpointMeta, now: CheckpointMeta) -> list[tuple[str, Any, Any]]:
-    """``(key, checkpoint's value, this run's value)`` for each setting of :data:`RESUME_MUST_MATCH`
-    (nested keys flattened, e.g. ``method.epsilon``) in which the run resuming from a checkpoint recorded as
-    ``saved`` would differ from it; empty when it may resume. The one resume rule: train.py applies it to
-    the file it resolved before any work, and every method again to whatever file Lightning loads."""
-    flat = [_flat({key: getattr(meta, key) for key in RESUME_MUST_MATCH}) for meta in (saved, now)]
-    keys = sorted(set(flat[0]) | set(flat[1]))
-    return [
-        (key, flat[0].get(key), flat[1].get(key)) for key in keys
-        if flat[0].get(key) != flat[1].get(key) and not key.startswith(RESUME_MAY_CHANGE)
-    ]  # fmt: skip
-
-
-def check_resumable(saved: CheckpointMeta, now: CheckpointMeta, ckpt_path: Any) -> None:
-    """Refuse (ConfigError naming ``ckpt_path`` and the first differences) a resume whose settings differ
-    from the checkpoint's (:func:`resume_differences`)."""
-    differ = resume_differences(saved, now)
-    if differ:
-        shown = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, a, b in differ[:4])
-        raise ConfigError(
-            "ckpt_path", str(ckpt_path), "a checkpoint of the same run",
-            f"it was trained with other settings ({shown}{' …' if len(differ) > 4 else ''}); resume with "
-            "the checkpoint's settings or start a new run in another folder",
-        )  # fmt: skip
 
 
 def _check_metadata(meta: Any, source: str | os.PathLike) -> None:

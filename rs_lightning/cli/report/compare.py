@@ -8,9 +8,7 @@ Certified Radius is a Poor Metric for Randomized Smoothing*, Table 2 and Appendi
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from rs_lightning.analysis.budget import EXTRAPOLATION_WARNING, constant_classifier_budget
 from rs_lightning.analysis.compare import comparison_table, default_radii, dominance, dominance_matrix
@@ -32,7 +30,7 @@ from rs_lightning.validation import require_at_least, require_non_negative, requ
 
 from ..common import user_errors_exit
 from .budget import add_run_arguments, budget_plot, budgets_for, run_budget_rows
-from .loading import load, md_table, prepare_out, write_csv
+from .loading import load, log_to_wandb, md_table, prepare_out, write_csv
 
 DOMINANCE_COLUMNS = ("sigma", "a", "b", "relation", "crossings", "acr_a", "acr_b", "acr_disagrees")
 
@@ -387,26 +385,6 @@ def _verdict_row(p: dict, radii) -> dict:
     for r, (low, high) in zip(radii, p["ca_difference_ci"], strict=True):
         row[f"ca_diff@{r:g}_lo"], row[f"ca_diff@{r:g}_hi"] = low, high
     return row
-
-
-def log_to_wandb(folder: Path, table: list[dict], figures: list[Path]) -> None:
-    """Log the table (``wandb.Table``) and the figures to a W&B run, offline unless WANDB_MODE is set."""
-    import wandb
-
-    columns = list(table[0])
-    run = wandb.init(
-        project=os.environ.get("WANDB_PROJECT", "rs-lightning"),
-        job_type="report",
-        dir=str(folder),
-        mode=os.environ.get("WANDB_MODE", "offline"),
-        reinit="create_new",  # a run left open by training in this process must not swallow the report
-    )
-    try:
-        data = [["" if row.get(c) is None else row[c] for c in columns] for row in table]
-        images = {f"report/{path.stem}": wandb.Image(str(path)) for path in figures}
-        run.log({"report/table": wandb.Table(columns=columns, data=data), **images})
-    finally:
-        run.finish()
 
 
 @user_errors_exit

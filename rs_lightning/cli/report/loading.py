@@ -1,10 +1,11 @@
 """What the report's subcommands share: run folders loaded into labelled :class:`Run` objects, the output
-folder, and the Markdown and CSV writers."""
+folder, the Markdown and CSV writers, and logging a report to W&B."""
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -110,3 +111,23 @@ def write_csv(path: Path, rows: list[dict], columns: Sequence[str] = ()) -> None
         writer = csv.DictWriter(f, columns)
         writer.writeheader()
         writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+
+
+def log_to_wandb(folder: Path, table: list[dict], figures: list[Path]) -> None:
+    """Log the table (``wandb.Table``) and the figures to a W&B run, offline unless WANDB_MODE is set."""
+    import wandb
+
+    columns = list(table[0])
+    run = wandb.init(
+        project=os.environ.get("WANDB_PROJECT", "rs-lightning"),
+        job_type="report",
+        dir=str(folder),
+        mode=os.environ.get("WANDB_MODE", "offline"),
+        reinit="create_new",  # a run left open by training in this process must not swallow the report
+    )
+    try:
+        data = [["" if row.get(c) is None else row[c] for c in columns] for row in table]
+        images = {f"report/{path.stem}": wandb.Image(str(path)) for path in figures}
+        run.log({"report/table": wandb.Table(columns=columns, data=data), **images})
+    finally:
+        run.finish()
