@@ -4,14 +4,13 @@ import json
 
 import numpy as np
 import pytest
+from run_folders import write_run_folder as write_run
 
 from rs_lightning.analysis import ECDF_GRID, pa_ecdf
 from rs_lightning.analysis.compare import comparison_table, dominance, ecdf_relation
 from rs_lightning.analysis.protocol import ProtocolMismatchError, check_protocol, partly_unverified
 from rs_lightning.analysis.run_view import assign_labels, find_run_paths, load_run, load_runs
-from rs_lightning.runs import ResultFileError, ResultWriter, RunRecord
-from rs_lightning.smoothing import certificate
-from rs_lightning.smoothing.stats import clopper_pearson_lower
+from rs_lightning.runs import ResultFileError, RunRecord
 
 COHEN_TSV = (
     "idx\tlabel\tpredict\tradius\tcorrect\ttime\n"
@@ -20,54 +19,6 @@ COHEN_TSV = (
     "40\t0\t0\t0.91\t1\t0:00:01.000000\n"
     "60\t2\t5\t0.3\t0\t0:00:01.000000\n"
 )
-
-
-def write_run(
-    folder,
-    n_a,
-    *,
-    n=1000,
-    sigma=0.25,
-    alpha=0.001,
-    seed=0,
-    n0=100,
-    idx=None,
-    wrong=(),
-    noise=None,
-    norm=None,
-    dim=None,
-):
-    """A run folder as certify.py writes it; ``wrong``: positions whose selected class is not the label;
-    ``noise``/``norm`` (recorded when given): the certificate of the radii (default Gaussian, L2)."""
-    n_a = np.asarray(n_a)
-    idx = np.arange(n_a.size) if idx is None else np.asarray(idx)
-    lower = clopper_pearson_lower(n_a, n, alpha)
-    folder.mkdir(parents=True, exist_ok=True)
-    with ResultWriter(folder / "certify.tsv") as writer:
-        for j, i in enumerate(idx):
-            label, abstain = int(i) % 10, lower[j] < 0.5
-            predict = -1 if abstain else (label + 1) % 10 if j in wrong else label
-            writer.write(
-                {
-                    "idx": i,
-                    "label": label,
-                    "predict": predict,
-                    "radius": certificate.of(noise, norm).radius(lower[j], sigma, dim),
-                    "correct": int(predict == label),
-                    "time": 0.01,
-                    "nA": n_a[j],
-                    "n": n,
-                    "pA_lower": lower[j],
-                    "pA_hat": n_a[j] / n,
-                    "n0": n0,
-                    "nA0": n0,
-                    "samples": n0 + n,
-                }
-            )
-    settings = {"sigma": sigma, "n0": n0, "n": n, "alpha": alpha, "seed": seed, "split": "test"}
-    settings |= {k: v for k, v in (("noise", noise), ("norm", norm), ("dim", dim)) if v is not None}
-    (folder / "settings.json").write_text(json.dumps(settings))
-    return folder
 
 
 def test_ecdf_relation_dominating_crossing_identical():

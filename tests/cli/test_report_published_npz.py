@@ -10,14 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from run_folders import write_run_folder
 
 from rs_lightning.analysis.published_numbers import dataset_of
 from rs_lightning.cli.report import main
 from rs_lightning.data.npz import NpzDataModule
-from rs_lightning.runs import ResultWriter, write_json_atomic
-from rs_lightning.smoothing.certificate import radius_from_pa
-from rs_lightning.smoothing.spec import CertificationSpec
-from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 SIGMA, N, ALPHA = 0.25, 1000, 0.001
 
@@ -33,25 +30,10 @@ def npz_file(path: Path, image_shape: tuple[int, ...], num_classes: int = 10) ->
 
 def certified_run(folder: Path, data: dict) -> Path:
     """A certify.py-like folder of 4 inputs whose settings.json records ``data`` (a ``describe()``)."""
-    folder.mkdir(parents=True)
-    n_a = np.array([1000, 990, 700, 400])
-    lower = clopper_pearson_lower(n_a, N, ALPHA)
-    with ResultWriter(folder / "certify.tsv") as writer:
-        for i, (k, bound) in enumerate(zip(n_a, lower, strict=True)):
-            good = bool(bound >= 0.5)
-            radius = radius_from_pa(bound, SIGMA) if good else 0.0
-            writer.write(
-                dict(idx=i, label=i, predict=i if good else -1, radius=radius, correct=int(good), time=0.1,
-                     nA=int(k), n=N, pA_lower=bound, pA_hat=k / N, n0=100, nA0=100, samples=N + 100)
-            )  # fmt: skip
-    settings = CertificationSpec(sigma=SIGMA, n0=100, n=N, alpha=ALPHA).as_dict() | {
-        "subset": {"skip": 1, "start": 0, "max": 4, "num_inputs": 4},
-        "data": data,
-        "checkpoint": None,
-        "model": None,
-    }
-    write_json_atomic(folder / "settings.json", settings)
-    return folder
+    record = {"subset": {"skip": 1, "start": 0, "max": 4, "num_inputs": 4}, "data": data, "checkpoint": None,
+              "model": None}  # fmt: skip
+    n_a = [1000, 990, 700, 400]
+    return write_run_folder(folder, n_a, n=N, sigma=SIGMA, alpha=ALPHA, labels=range(4), record=record)
 
 
 def published_text(run: Path, out: Path, capsys) -> str:
