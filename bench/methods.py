@@ -38,8 +38,8 @@ TOLERANCE = 1.2
 
 def expected_ratio(name: str, method: dict) -> float:
     """Forward+backward passes per image per loader batch, in units of Gaussian's single pass (one cost model
-    for the bench and the GPU-hours estimate: ``published_numbers.passes_per_image``)."""
-    from rs_lightning.analysis.published_numbers import passes_per_image
+    for the bench and the GPU-hours estimate: ``rs_lightning.methods.cost.passes_per_image``)."""
+    from rs_lightning.methods.cost import passes_per_image
 
     return passes_per_image(name, method)
 

@@ -17,8 +17,17 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from rs_lightning.analysis import published_numbers as pn
+from rs_lightning.methods.cost import passes_per_image
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# GPU-time anchors stated by the reference
+P100_SECONDS_PER_EPOCH = {"cohen": 31.4, "smoothadv": 1990.1, "macer": 504.0}
+"""CIFAR-10 ResNet-110 s/epoch on 1 P100 (RuntianZ/macer README timing table): Cohen
+σ = 0.25, Salman (SmoothAdv, attack setting not stated) σ = 0.25, MACER σ = 0.25 (k = 16, batch 64)."""
+CIFAR10_CERTIFY_SECONDS_PER_IMAGE = (14.0, 17.0)
+"""CIFAR-10 ResNet-110 CERTIFY at N = 100,000: the time column of locuslab/smoothing's released
+``data/certify/cifar10`` logs (GPU not stated)."""
 
 
 def anchors() -> SimpleNamespace:
@@ -34,10 +43,8 @@ def anchors() -> SimpleNamespace:
         if r["setting"] == "fp32" and r["batch_size"] == 400
     }
     lenet_speedup = rate["lenet_mnist"] / rate["resnet110_cifar"]  # LeNet vs ResNet-110 samples/s (CPU, fp32)
-    cert_s = statistics.mean(
-        pn.CIFAR10_CERTIFY_SECONDS_PER_IMAGE
-    )  # ResNet-110, N = 1e5 (+ N0), reference GPU
-    epoch_s = pn.P100_SECONDS_PER_EPOCH["cohen"]  # Gaussian ResNet-110 CIFAR-10 epoch, 1 P100
+    cert_s = statistics.mean(CIFAR10_CERTIFY_SECONDS_PER_IMAGE)  # ResNet-110, N = 1e5 (+ N0), reference GPU
+    epoch_s = P100_SECONDS_PER_EPOCH["cohen"]  # Gaussian ResNet-110 CIFAR-10 epoch, 1 P100
     per_draw = {"cifar10": cert_s / 100_100, "mnist": cert_s / 100_100 / lenet_speedup}
     gauss_epoch = {"cifar10": epoch_s, "mnist": epoch_s * 60_000 / 50_000 / lenet_speedup}
     measured, speed = "", 1.0
@@ -79,13 +86,13 @@ def estimate_rows(a: SimpleNamespace) -> tuple[list, dict]:
             epochs, images = int(cfg.optim.max_epochs), pn.TRAIN_IMAGES[dataset]
             if method == "acr_gaming":
                 ds = hyper["ds_epoch"] if hyper["ds_epoch"] >= 1 else int(hyper["ds_epoch"] * epochs)
-                total = sum(pn.passes_per_image(method, hyper, e, ds) for e in range(epochs))
+                total = sum(passes_per_image(method, hyper, e, ds) for e in range(epochs))
                 total += forward_passes(hyper, epochs)
             else:
-                total = epochs * pn.passes_per_image(method, hyper)
+                total = epochs * passes_per_image(method, hyper)
             factor = overhead.get("gaussian" if method == "cohen" else method)
             if dataset == "cifar10" and method == "macer" and hyper["num_noise_vec"] == 16:
-                train_s = epochs * pn.P100_SECONDS_PER_EPOCH["macer"] * speed
+                train_s = epochs * P100_SECONDS_PER_EPOCH["macer"] * speed
                 how = "measured (P100)" if speed == 1.0 else f"measured (P100) x {speed:.2f}"
             else:
                 train_s = total * (factor or 1.0) * gauss_epoch[dataset]
@@ -141,7 +148,7 @@ def main() -> None:
         )
     print(
         f"\nanchors: Gaussian ResNet-110 CIFAR-10 epoch {a.epoch_s} s (1 P100, MACER README); MACER k = 16 "
-        f"epoch {pn.P100_SECONDS_PER_EPOCH['macer']} s (same); CERTIFY {a.cert_s} s per CIFAR-10 image at "
+        f"epoch {P100_SECONDS_PER_EPOCH['macer']} s (same); CERTIFY {a.cert_s} s per CIFAR-10 image at "
         f"N = 1e5 (released logs); LeNet / ResNet-110 samples/s on this CPU = {a.lenet_speedup:.1f}"
     )
     print(f"measured GPU: {a.measured or 'none (bench/results/gpu.json absent)'}")

@@ -61,7 +61,7 @@ fi
 DATASET=$1
 SIGMA_ARG=$2
 METHOD=$3
-CELL=$("$PY" -m rs_lightning.analysis.published_numbers shell "$DATASET" "$SIGMA_ARG" "$METHOD") || exit 2
+CELL=$("$PY" -m rs_lightning.cli.published_cells shell "$DATASET" "$SIGMA_ARG" "$METHOD") || exit 2
 eval "$CELL"  # CELL_EXPERIMENT CELL_SIGMA CELL_N0 CELL_N CELL_ALPHA CELL_START CELL_SKIP CELL_MAX ...
 EXPERIMENT=$CELL_EXPERIMENT
 [ -f "conf/experiment/$EXPERIMENT.yaml" ] ||

@@ -16,17 +16,13 @@ certification logs"):
 Keys use this project's experiment names (``conf/experiment/<method>_<dataset>_sigma<025|050|100>.yaml``;
 ``cohen`` = Gaussian augmentation). Certified accuracies are stored in percent, as printed in the reference.
 The module also holds the comparison of one of our certification runs with a cell (``python -m
-rs_lightning.cli.report published``), and the GPU-time anchors the reference states (for the estimate in
-docs/reproduce.md). Pure Python + numpy: no Lightning, no Hydra.
-
-``python -m rs_lightning.analysis.published_numbers shell DATASET SIGMA METHOD`` prints the cell's protocol
-as shell assignments (``scripts/reproduce.sh`` reads them), or one line ``error: ...`` and exits with 2.
+rs_lightning.cli.report published``). ``python -m rs_lightning.cli.published_cells`` lists the cells or prints
+one's protocol for scripts/reproduce.sh. Pure Python + numpy: no Lightning, no Hydra.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -337,78 +333,3 @@ def protocol_differences(published: PublishedCell, ours: Mapping) -> dict[str, t
 
 def _show(value) -> str:
     return "not recorded" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# GPU-time anchors stated by the reference (for the estimate in docs/reproduce.md)
-
-P100_SECONDS_PER_EPOCH = {"cohen": 31.4, "smoothadv": 1990.1, "macer": 504.0}
-"""CIFAR-10 ResNet-110 s/epoch on 1 P100 (RuntianZ/macer README timing table): Cohen
-σ = 0.25, Salman (SmoothAdv, attack setting not stated) σ = 0.25, MACER σ = 0.25 (k = 16, batch 64)."""
-CIFAR10_CERTIFY_SECONDS_PER_IMAGE = (14.0, 17.0)
-"""CIFAR-10 ResNet-110 CERTIFY at N = 100,000: the time column of locuslab/smoothing's released
-``data/certify/cifar10`` logs (GPU not stated)."""
-
-
-def passes_per_image(method: str, hyper: Mapping, epoch: int | None = None, ds_epoch: int = 0) -> float:
-    """Forward+backward passes per training image per epoch, in units of Gaussian's one (an attack step is
-    one forward and one input-gradient backward pass; bench/methods.py ``expected_ratio``).
-
-    ``acr_gaming`` (not in the bench): m copies, plus m·S sphere-attack steps from epoch E_ds on.
-    """
-    if method in ("cohen", "gaussian"):
-        return 1.0
-    if method == "macer":
-        return float(hyper["num_noise_vec"])
-    m = int(hyper["num_noise_vec"])
-    if method == "consistency":
-        return float(m)
-    if method == "smoothadv":
-        steps = int(hyper["num_steps"])
-        return float(m * (steps + 1) if hyper.get("multi_noise", True) else m * steps + 1)
-    if method in ("smoothmix", "catrs"):
-        return float(m * (int(hyper["num_steps"]) + 2))
-    if method == "acr_gaming":
-        attack = hyper.get("sphere_attack") and (epoch is None or epoch >= ds_epoch)
-        return float(m * (int(hyper["attack_steps"]) + 1) if attack else m)
-    raise ValueError(f"no cost model for method {method!r}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``shell DATASET SIGMA METHOD``: the cell's protocol as shell assignments; ``list``: every cell."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["list"]:
-        for (dataset, method, sigma), c in PUBLISHED.items():
-            print(f"{dataset}\t{sigma:g}\t{method}\t{c.experiment}\tACR {c.acr:g}\t{c.source}")
-        return 0
-    if len(argv) != 4 or argv[0] != "shell":
-        usage = "python -m rs_lightning.analysis.published_numbers shell DATASET SIGMA METHOD | list"
-        print(f"error: usage: {usage}", file=sys.stderr)
-        return 2
-    _, dataset, sigma, method = argv
-    try:
-        found = cell(dataset, method, sigma)
-    except UnknownCellError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    p = found.protocol
-    values = {
-        "CELL_DATASET": found.dataset,
-        "CELL_METHOD": found.method,
-        "CELL_SIGMA": repr(found.sigma),
-        "CELL_EXPERIMENT": found.experiment,
-        "CELL_N0": p.n0,
-        "CELL_N": p.n,
-        "CELL_ALPHA": repr(p.alpha),
-        "CELL_START": p.start,
-        "CELL_SKIP": p.skip,
-        "CELL_NUM_IMAGES": p.num_images,
-        "CELL_MAX": p.start + p.skip * p.num_images,
-        "CELL_SOURCE": f"'{found.source}'",
-    }
-    print(" ".join(f"{k}={v}" for k, v in values.items()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,6 +14,7 @@ from rs_testing import REPO, compose_config
 from scipy.stats import norm
 
 from rs_lightning.analysis import published_numbers as pn
+from rs_lightning.cli import published_cells
 from rs_lightning.cli.report import main
 from rs_lightning.runs import ResultWriter, write_json_atomic
 from rs_lightning.smoothing.certificate import radius_from_pa
@@ -105,11 +106,11 @@ def test_unknown_cells_name_the_value_and_the_choices(args, message):
 
 
 def test_shell_lines_for_the_script(capsys):
-    assert pn.main(["shell", "cifar10", "0.50", "catrs"]) == 0
+    assert published_cells.main(["shell", "cifar10", "0.50", "catrs"]) == 0
     out = capsys.readouterr().out.strip()
     assert "CELL_EXPERIMENT=catrs_cifar10_sigma050 " in out and "CELL_SIGMA=0.5 " in out
     assert "CELL_N0=100 CELL_N=100000 CELL_ALPHA=0.001 CELL_START=0 CELL_SKIP=1 CELL_NUM_IMAGES=10000" in out
-    assert pn.main(["shell", "mnist", "0.5", "acr_gaming"]) == 2
+    assert published_cells.main(["shell", "mnist", "0.5", "acr_gaming"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: method='acr_gaming' has no published number") and err.count("\n") == 1
 
