@@ -87,6 +87,7 @@ def main(argv=None) -> int:
         rows = run.rows
         acc = certified_accuracy(rows["radius"], rows["correct"], radii)
         samples = float(np.mean(rows["samples"]))
+        own_floor = run.oracle_floor()
         out["runs"].append(
             {
                 "run": str(run.path),
@@ -102,10 +103,10 @@ def main(argv=None) -> int:
                 ],
                 "acr": run.acr,
                 # sequential runs: mean n / mean oracle floor at the rows' own p-hat, and at the reference's
-                "draws_over_floor": draws_over_floor(rows["n"], run.oracle_floor()),
+                "draws_over_floor": draws_over_floor(rows["n"], own_floor),
                 "draws_over_reference_floor": (
                     None
-                    if reference.paired_with(run) or run.oracle_floor() is None
+                    if own_floor is None or reference.paired_with(run)
                     else draws_over_floor(rows["n"], run.oracle_floor(at=reference))
                 ),
                 "mean_samples_by_reference_bucket": {

@@ -68,6 +68,7 @@ def test_the_check_sees_a_citation():
     word = "issue"  # split, so that this file holds no tracker reference itself
     tracker = [f"x  # {word} 22: was", f"{word.title()} 24's", f"({word}s 8 and 9)", f"see {word} #3"]
     assert all(citations("a.py", line) for line in tracker)
-    assert not citations("a.yaml", "# reports it (Hadisalman/smoothing-adversarial issue #1).")
+    assert not citations("a.yaml", f"# reports it (Hadisalman/smoothing-adversarial {word} #1).")
+    assert not citations("a.md", "quoted in github.com/Hadisalman/smoothing-adversarial/issues/2")
     assert not citations("a.md", f"the {word} is 3-fold; t{word} 5")
     assert citations("a.py", f'"""Largest radius ({core} §1.1)."""') and not citations("a.py", "core.md")
