@@ -7,7 +7,6 @@ from .metrics import (
     average_certified_radius,
     certified_accuracy,
     pa_ecdf,
-    radius_grid,
     summarize,
     true_label_pa,
 )
@@ -17,7 +16,6 @@ __all__ = [
     "average_certified_radius",
     "certified_accuracy",
     "pa_ecdf",
-    "radius_grid",
     "summarize",
     "true_label_pa",
 ]

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 from scipy.stats import binom
 
-from rs_lightning.smoothing.certificate import Certificate, radius_from_pa
+from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 from .metrics import certified_accuracy
@@ -64,7 +64,7 @@ def radius_at_count(counts, budget: int, sigma: float, alpha: float) -> tuple[np
     certified ⇔ CP_lower(n_A, N′, α) ≥ 1/2; radius = σ·Φ⁻¹(CP_lower) there, else 0.
     """
     lower = clopper_pearson_lower(counts, budget, alpha)
-    return radius_from_pa(lower, sigma), lower >= 0.5
+    return GAUSSIAN_L2.radius(lower, sigma), lower >= 0.5
 
 
 def plugin_counts(pa, budget: int) -> np.ndarray:

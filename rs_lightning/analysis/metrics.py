@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_lightning.smoothing.certificate import max_certifiable_radius, radius_grid  # noqa: F401
-
 ECDF_GRID = np.round(np.linspace(0.5, 1.0, 501), 3)
 """x grid of the pA ECDF: 0.500, 0.501, ..., 1.000 (as in the acr-weakness release)."""
 

@@ -44,7 +44,8 @@ from torchmetrics import MeanMetric
 
 from rs_lightning.models.checkpoint import CHECKPOINT_KEY, CheckpointMeta
 from rs_lightning.models.resume import check_resumable
-from rs_lightning.smoothing.certificate import Certificate, default_norm
+from rs_lightning.smoothing.certificate import Certificate
+from rs_lightning.smoothing.noises import noise_of
 from rs_lightning.smoothing.soft import noisy_logits
 from rs_lightning.validation import ConfigError, require_at_least, require_positive, require_share
 
@@ -64,7 +65,7 @@ def check_training_noise(method: type, noise: str, settings: Mapping | None = No
     """ConfigError unless ``noise`` is a known noise that ``method`` (a :class:`SmoothingMethod` class) trains
     with (:attr:`SmoothingMethod.noises`), with its ``settings`` (the ``method.*`` keys:
     :meth:`SmoothingMethod.check_noise_settings`)."""
-    Certificate(noise, default_norm(noise))  # an unknown noise: one line naming the known ones
+    Certificate(noise)  # an unknown noise: one line naming the known ones
     if noise not in method.noises:
         raise ConfigError(
             "noise", noise, " or ".join(method.noises) + f" for method {method.__name__}",
@@ -178,9 +179,10 @@ class SmoothingMethod(pl.LightningModule):
 
     def training_noise(self, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """The training noise shaped like ``like``: ``sigma * N(0, I)``, or λ times standard Laplace/uniform
-        noise with λ giving standard deviation ``sigma`` (:meth:`Certificate.sample`)."""
+        noise with λ giving standard deviation ``sigma``: the noise certification draws
+        (:meth:`~rs_lightning.smoothing.noises.Noise.sample`)."""
         gen = generator or self.noise_generator
-        noise = Certificate(self.noise, default_norm(self.noise))
+        noise = noise_of(self.noise)
         return noise.scale(self.sigma) * noise.sample(like.shape, gen, like.device, like.dtype)
 
     def draw_noise(self, x: torch.Tensor, m: int) -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rs_lightning.smoothing.certificate import gaussian_quantile
+from rs_lightning.smoothing.noises import gaussian_quantile
 from rs_lightning.smoothing.soft import smoothed_nll, smoothed_softmax
 from rs_lightning.validation import ConfigError, require_at_least, require_non_negative, require_positive
 
@@ -23,7 +23,7 @@ class MACER(SmoothingMethod):
 
     - L_C,i = −log((1/k) Σ_j softmax(z_ij)_{y_i} + 1e−10)  (soft-smoothed CE, β = 1);
     - p̂_i = (1/k) Σ_j softmax(β·z_ij); p_A ≥ p_B its top two, c_i its argmax;
-      ξ_i = Φ⁻¹(p_A) − Φ⁻¹(p_B) (:func:`~rs_lightning.smoothing.certificate.gaussian_quantile`), so (σ/2)·ξ_i
+      ξ_i = Φ⁻¹(p_A) − Φ⁻¹(p_B) (:func:`~rs_lightning.smoothing.noises.gaussian_quantile`), so (σ/2)·ξ_i
       is the soft radius of Theorem 1;
     - L_R,i = (σ/2)·(γ − ξ_i) if c_i = y_i, ξ_i is finite and ξ_i ≤ γ, else 0 (the hinge of the paper's
       surrogate objective; non-finite ξ are masked, never clamped);

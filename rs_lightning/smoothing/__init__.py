@@ -5,7 +5,7 @@ smoothed = Smooth(model, num_classes=10, sigma=0.25)
 label, radius = smoothed.certify(x, n0=100, n=100_000, alpha=0.001, batch_size=1000)
 """
 
-from .certificate import NOISES, NORMS, Certificate, max_certifiable_radius, radius_from_pa, radius_grid
+from .certificate import NOISES, NORMS, Certificate
 from .dataset import certify_dataset, inputs_per_call, run_dataset
 from .engine import (
     ABSTAIN,
@@ -17,6 +17,7 @@ from .engine import (
     sample_counts,
 )
 from .noise import NOISE_BLOCK, Phase
+from .noises import NOISE_CLASSES, Noise, noise_of
 from .pipeline import NoisePipeline
 from .precision import BaseClassifier, NonFiniteLogitsError
 from .samplers import SAMPLERS, Cohen, InputSpecific, Sampler, Sequential, register_sampler
@@ -28,6 +29,8 @@ __all__ = [
     "ABSTAIN",
     "NOISE_BLOCK",
     "NOISES",
+    "NOISE_CLASSES",
+    "Noise",
     "NORMS",
     "NoisePipeline",
     "BaseClassifier",
@@ -48,11 +51,9 @@ __all__ = [
     "clopper_pearson_interval",
     "clopper_pearson_lower",
     "inputs_per_call",
-    "max_certifiable_radius",
+    "noise_of",
     "predict_batch",
     "prepare",
-    "radius_from_pa",
-    "radius_grid",
     "register_sampler",
     "run_dataset",
     "sample_counts",

@@ -16,8 +16,8 @@ import torch
 
 from rs_lightning.validation import ConfigError
 
-from .certificate import Certificate
-from .noise import NOISE_BLOCK, Phase, block_sizes, standard_noise_block
+from .noise import GAUSSIAN, NOISE_BLOCK, Phase, block_sizes, standard_noise_block
+from .noises import Noise
 from .pipeline import pipeline_of
 from .precision import BaseClassifier, NonFiniteLogitsError, as_base_classifier, check_precision_supported
 from .samplers.base import Count, pick
@@ -94,7 +94,7 @@ def sample_counts(
     seed: int = 0,
     noise_block: int = NOISE_BLOCK,
     first_block: int | Sequence[int] = 0,
-    noise: Certificate | None = None,
+    noise: Noise | None = None,
 ) -> torch.Tensor:
     """Count ``argmax model(x_i + sigma * eps)`` per class over ``num_samples`` draws for every input.
 
@@ -109,7 +109,7 @@ def sample_counts(
         num_samples: draws per input, one number for all or one per input.
         first_block: the block of each input's stream the draws start at (one for all or one per input):
             draws ``first_block * noise_block`` onwards, e.g. to continue a sequential estimate.
-        noise: the certificate whose noise is drawn (:mod:`.certificate`), at per-coordinate std ``sigma``
+        noise: the noise drawn (:mod:`.noises`), at per-coordinate std ``sigma``
             (its scale λ); None = Gaussian.
     Returns:
         ``(G, num_classes)`` int64 counts on ``xs.device``.
@@ -135,10 +135,10 @@ def sample_counts(
     owner = torch.empty(capacity, dtype=torch.long, device=device)
     nonfinite = torch.zeros(groups, dtype=torch.long, device=device)
     generator = torch.Generator(device=device)
-    noise = noise if noise is not None else Certificate()
+    noise = noise if noise is not None else GAUSSIAN
     scale = noise.scale(sigma)
-    if pipeline is not None and noise.noise != "gaussian":
-        raise ValueError(f"a {type(pipeline).__name__} pipeline draws Gaussian noise, not {noise.noise}")
+    if pipeline is not None and noise != GAUSSIAN:
+        raise ValueError(f"a {type(pipeline).__name__} pipeline draws Gaussian noise, not {noise.name}")
     filled = 0
 
     def flush() -> None:
@@ -244,7 +244,7 @@ def _counts(
         seed=spec.seed,
         noise_block=spec.noise_block,
         first_block=first_block,
-        noise=spec.certificate,
+        noise=spec.certificate.distribution,
     )
 
 

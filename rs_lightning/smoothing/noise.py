@@ -1,4 +1,4 @@
-"""Reproducible Gaussian noise for certification.
+"""Reproducible noise for certification: which draws input ``index`` gets, whatever the noise.
 
 The noise of input ``index`` in ``phase`` is a fixed sequence of blocks of ``NOISE_BLOCK`` draws; block ``j``
 comes from a generator seeded by ``(seed, index, phase, j)``. A certificate therefore never depends on the
@@ -13,9 +13,9 @@ from enum import IntEnum
 import numpy as np
 import torch
 
-from .certificate import Certificate
+from .noises import Gaussian, Noise
 
-GAUSSIAN = Certificate()
+GAUSSIAN = Gaussian()
 
 NOISE_BLOCK = 256
 """Draws per independently seeded block; part of the reproducibility protocol, do not change lightly."""
@@ -54,14 +54,14 @@ def standard_noise_block(
     rows: int,
     shape: tuple[int, ...],
     *,
-    noise: Certificate = GAUSSIAN,
+    noise: Noise = GAUSSIAN,
     device: torch.device,
     dtype: torch.dtype = torch.float32,
     generator: torch.Generator | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``rows`` draws of ``shape`` of the standard noise of ``noise`` (scale 1: N(0, 1) by default,
-    Laplace(0, 1) or U[−1, 1] per coordinate; :meth:`~rs_lightning.smoothing.certificate.Certificate.sample`)
+    Laplace(0, 1) or U[−1, 1] per coordinate; :meth:`~rs_lightning.smoothing.noises.Noise.sample`)
     for block ``block`` of ``(index, phase)``.
 
     ``generator`` (on ``device``) is reseeded and reused to avoid re-creating one per block.

@@ -8,9 +8,9 @@ from rs_lightning.analysis import (
     average_certified_radius,
     certified_accuracy,
     pa_ecdf,
-    radius_grid,
     summarize,
 )
+from rs_lightning.smoothing.certificate import Certificate
 
 
 def test_certified_accuracy_counts_abstains_as_failures_and_uses_ge():
@@ -54,5 +54,6 @@ def test_summary_ties_ecdf_at_half_to_clean_accuracy():
 
 
 def test_radius_grid_stops_at_the_budget_cap():
-    assert radius_grid(0.25, 100_000, 0.001).tolist() == [0.0, 0.25, 0.5, 0.75]  # cap 0.953
-    assert radius_grid(0.5, 100_000, 0.001, step=0.5).tolist() == [0.0, 0.5, 1.0, 1.5]  # cap 1.906
+    l2 = Certificate()
+    assert l2.radius_grid(0.25, 100_000, 0.001).tolist() == [0.0, 0.25, 0.5, 0.75]  # cap 0.953
+    assert l2.radius_grid(0.5, 100_000, 0.001, step=0.5).tolist() == [0.0, 0.5, 1.0, 1.5]  # cap 1.906

@@ -24,7 +24,7 @@ from rs_lightning.analysis.budget import (
 )
 from rs_lightning.analysis.metrics import true_label_pa
 from rs_lightning.runs import read_results
-from rs_lightning.smoothing.certificate import max_certifiable_radius, radius_from_pa
+from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 SIGMA, ALPHA = 0.5, 0.001
@@ -41,7 +41,8 @@ def synthetic_run(n: int, size: int = 400, seed: int = 0) -> dict:
     abstain = pa_lower < 0.5
     selected_true = rng.random(size) > 0.1  # 10% select a wrong class
     correct = ~abstain & selected_true
-    return {"nA": n_a, "n": np.full(size, n), "correct": correct, "radius": radius_from_pa(pa_lower, SIGMA)}
+    radius = Certificate().radius(pa_lower, SIGMA)
+    return {"nA": n_a, "n": np.full(size, n), "correct": correct, "radius": radius}
 
 
 @pytest.mark.parametrize("n", [100, 1000, 100_000])
@@ -89,7 +90,7 @@ def test_expectation_rule_equals_the_full_sum_over_scipys_binomial_pmf(budget):
     exact = expected_radius(pa, budget, SIGMA, ALPHA, tol=0)
     np.testing.assert_allclose(exact, reference, rtol=1e-12, atol=0)
     # the effective support leaves out at most 2·tol of mass: error <= 2·tol·(radius cap)
-    bound = 2e-12 * max(0.0, max_certifiable_radius(SIGMA, budget, ALPHA)) + 1e-15
+    bound = 2e-12 * max(0.0, Certificate().max_radius(SIGMA, budget, ALPHA)) + 1e-15
     assert np.abs(expected_radius(pa, budget, SIGMA, ALPHA) - reference).max() <= bound
     # certified accuracy: exact tail sums
     for r in (0.0, 0.3, 1.0):
@@ -143,7 +144,7 @@ def test_budgets_above_the_run_budget_warn_and_are_flagged():
 
 def test_radius_cap_at_p_hat_one_and_clopper_pearson_behaviour():
     for budget in (16, 100, 10_000, 100_000):
-        cap = max_certifiable_radius(SIGMA, budget, ALPHA)
+        cap = Certificate().max_radius(SIGMA, budget, ALPHA)
         assert plugin_radius([1.0], budget, SIGMA, ALPHA)[0][0] == pytest.approx(cap, rel=1e-12)
         assert expected_radius([1.0], budget, SIGMA, ALPHA)[0] == pytest.approx(cap, rel=1e-12)
     # acr-weakness --dataset_weight: sigma-free radius at N = 16, alpha = 0.1 for k = 12 ... 16
@@ -179,7 +180,7 @@ def test_constant_classifier_run_converts_to_the_closed_form_at_every_budget(n):
     """A synthetic TSV of h ≡ 0: class-0 inputs have nA = N and are correct, all others are wrong."""
     labels = np.random.default_rng(3).integers(0, 10, 500)
     correct = labels == 0
-    radius = np.where(correct, radius_from_pa(clopper_pearson_lower(n, n, ALPHA), SIGMA), 0.0)
+    radius = np.where(correct, Certificate().radius(clopper_pearson_lower(n, n, ALPHA), SIGMA), 0.0)
     pa = true_label_pa(correct, n_a=np.full(500, n), n=np.full(500, n))
     share = correct.mean()
     assert average_certified_radius(radius, correct) == pytest.approx(

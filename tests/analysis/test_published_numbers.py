@@ -17,7 +17,7 @@ from rs_lightning.analysis import published_numbers as pn
 from rs_lightning.cli import published_cells
 from rs_lightning.cli.report import main
 from rs_lightning.runs import ResultWriter, write_json_atomic
-from rs_lightning.smoothing.certificate import radius_from_pa
+from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.spec import CertificationSpec
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 
@@ -165,7 +165,7 @@ def synthetic_run(
     # is what CERTIFY writes (the report checks pA_lower and radius against alpha and sigma)
     bounds = clopper_pearson_lower(np.arange(n + 1), n, 0.001)
     n_a = np.minimum(np.searchsorted(bounds, norm.cdf(np.asarray(radii) / cell.sigma)), n)
-    written = radius_from_pa(bounds[n_a], cell.sigma)
+    written = Certificate().radius(bounds[n_a], cell.sigma)
     with ResultWriter(folder / "certify.tsv") as writer:
         for i in range(images):
             good = i < len(radii)

@@ -30,7 +30,7 @@ from rs_lightning.runs import (
     shard_table,
 )
 from rs_lightning.smoothing import CertificationSpec, InputSpecific, certify_batch, predict_batch
-from rs_lightning.smoothing.certificate import radius_from_pa
+from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.spec import PROTOCOL_KEYS
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 from rs_lightning.validation import ConfigError
@@ -276,7 +276,7 @@ def test_resume_refuses_rows_of_another_fingerprint(tmp_path):
     lower = float(clopper_pearson_lower(990, 1000, 0.001))  # a row as record's protocol would make it too
     row = _row(0) | {"label": 0, "predict": 0, "nA": 990, "n": 1000, "n0": 100, "pA_lower": lower}
     with ResultWriter(table, protocol=other.fingerprint()) as writer:
-        writer.write(row | {"radius": radius_from_pa(lower, 0.25)})
+        writer.write(row | {"radius": Certificate().radius(lower, 0.25)})
     check_resume(tmp_path, other, table)  # its own rows resume
     refused = rf"certify.tsv holds rows of another protocol \(fingerprint {other.fingerprint()}\)"
     with pytest.raises(ConfigError, match=rf"{refused} and no settings.json.*{record.fingerprint()}") as e:

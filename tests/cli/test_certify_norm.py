@@ -13,7 +13,7 @@ from rs_lightning.analysis.run_view import load_run
 from rs_lightning.cli.certify import certify
 from rs_lightning.cli.report import main
 from rs_lightning.cli.report.compare import report
-from rs_lightning.smoothing import max_certifiable_radius
+from rs_lightning.smoothing import Certificate
 
 BASE = ["checkpoint=null", "model=constant", "data=digits", "sigma=0.25", "n0=10", "n=1000", "max=40"]
 
@@ -50,7 +50,7 @@ def test_linf_radius_is_the_l2_radius_over_sqrt_d_and_the_settings_say_so(runs):
     assert json.loads((runs / "l2" / "settings.json").read_text())["norm"] == "l2"
     grid = [float(r) for r in json.loads((runs / "linf" / "summary.json").read_text())["certified_accuracy"]]
     assert grid[1] == pytest.approx(1 / 255, abs=1e-6)
-    assert grid[-1] <= max_certifiable_radius(0.25, 1000, 0.001, "linf", 64) < grid[-1] + 1 / 255
+    assert grid[-1] <= Certificate("gaussian", "linf").max_radius(0.25, 1000, 0.001, 64) < grid[-1] + 1 / 255
 
 
 def test_a_folder_of_one_norm_is_not_resumed_with_another(runs, capsys):

@@ -242,7 +242,7 @@ def test_report_flags_an_acr_order_that_contradicts_ecdf_dominance(constant_runs
     """A copy of a run certified at N = 100,000 with p̂ = 1 − 1/N instead of 1: its ECDF is dominated, yet its
     ACR is larger (the radius cap grows with N). Rows are what CERTIFY writes (the report checks them)."""
     from rs_lightning.runs import COLUMNS, ResultWriter
-    from rs_lightning.smoothing.certificate import radius_from_pa
+    from rs_lightning.smoothing.certificate import Certificate
     from rs_lightning.smoothing.stats import clopper_pearson_lower
 
     source = constant_runs["c0"][1]
@@ -254,7 +254,7 @@ def test_report_flags_an_acr_order_that_contradicts_ecdf_dominance(constant_runs
     lower = float(clopper_pearson_lower(n - 1, n, settings["alpha"]))
     with ResultWriter(boosted / "certify.tsv") as writer:
         for j in range(rows["idx"].size):
-            radius = float(radius_from_pa(lower, settings["sigma"]))  # the constant certifies every input
+            radius = float(Certificate().radius(lower, settings["sigma"]))  # the constant certifies all
             row = {c: rows[c][j] for c in COLUMNS}
             writer.write(
                 row | {"n": n, "nA": n - 1, "pA_lower": lower, "pA_hat": (n - 1) / n, "radius": radius}

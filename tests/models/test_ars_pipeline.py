@@ -22,8 +22,10 @@ from rs_lightning.models.ars import (
     step2_sigma,
 )
 from rs_lightning.models.unet import MaskUNet
-from rs_lightning.smoothing import CertificationSpec, certify_batch, max_certifiable_radius, radius_from_pa
+from rs_lightning.smoothing import Certificate, CertificationSpec, certify_batch
 from rs_lightning.validation import ConfigError
+
+GAUSSIAN_LINF = Certificate("gaussian", "linf")
 
 
 class ConstantMask(nn.Module):
@@ -153,12 +155,12 @@ def test_radius_oracles_of_the_reference():
     (k = 64, σ = 0.5, pA_lower = 0.756536) prints r∞ = 0.003136, and the ceiling for n = 5e4, α = 0.05 at
     k = 64, σ = 0.5 is 0.01735 (d = 3·64·64)."""
     d = 3 * 64 * 64
-    assert float(radius_from_pa(0.756535932600474, 0.5, "linf", d)) == pytest.approx(0.003136, abs=5e-7)
-    assert max_certifiable_radius(0.5, 50_000, 0.05, "linf", d) == pytest.approx(0.01735, abs=5e-6)
+    assert float(GAUSSIAN_LINF.radius(0.756535932600474, 0.5, d)) == pytest.approx(0.003136, abs=5e-7)
+    assert GAUSSIAN_LINF.max_radius(0.5, 50_000, 0.05, d) == pytest.approx(0.01735, abs=5e-6)
     # and both against scipy directly: sigma * Phi^-1(p) / sqrt(d)
-    assert float(radius_from_pa(0.9, 0.25, "linf", 784)) == pytest.approx(0.25 * norm.ppf(0.9) / 28)
+    assert float(GAUSSIAN_LINF.radius(0.9, 0.25, 784)) == pytest.approx(0.25 * norm.ppf(0.9) / 28)
     with pytest.raises(ValueError, match="dimension"):
-        radius_from_pa(0.9, 0.25, "linf")
+        GAUSSIAN_LINF.radius(0.9, 0.25)
 
 
 def test_the_sigma2_floor_only_adds_noise():

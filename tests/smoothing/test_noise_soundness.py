@@ -26,8 +26,8 @@ from stat_testing import (
 )
 
 from rs_lightning.smoothing import ABSTAIN, CertificationSpec, InputSpecific, certify_batch
-from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.noise import standard_noise_block
+from rs_lightning.smoothing.noises import noise_of
 
 SIGMA, ALPHA, N0, N = 0.5, 0.05, 64, 1000
 INPUTS, BOUNDARY_INPUTS = 4000, 2000
@@ -133,11 +133,11 @@ def test_the_seeded_streams_draw_the_standard_noise(noise, reference):
     (KS at 1e-4), and the first coordinate of 2,000 blocks of one input. Catches streams that repeat across
     inputs or blocks (a KS of repeated values fails) and a noise not at scale 1."""
     first = [
-        standard_noise_block(0, i, 1, 0, 1, (1,), noise=Certificate(noise), device="cpu").item()
+        standard_noise_block(0, i, 1, 0, 1, (1,), noise=noise_of(noise), device="cpu").item()
         for i in range(2000)
     ]
     blocks = [
-        standard_noise_block(0, 7, 1, b, 1, (1,), noise=Certificate(noise), device="cpu").item()
+        standard_noise_block(0, 7, 1, b, 1, (1,), noise=noise_of(noise), device="cpu").item()
         for b in range(2000)
     ]
     for draws in (first, blocks):

@@ -5,12 +5,14 @@ import pytest
 from scipy.stats import beta, binomtest, norm
 from statsmodels.stats.proportion import proportion_confint
 
-from rs_lightning.smoothing.certificate import max_certifiable_radius, radius_from_pa
+from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.stats import (
     clopper_pearson_interval,
     clopper_pearson_lower,
     top_two_pvalue,
 )
+
+L2 = Certificate()
 
 
 @pytest.mark.parametrize("n", [1, 10, 100, 1000, 100_000])
@@ -35,7 +37,7 @@ def test_two_sided_interval_matches_statsmodels():
 
 def test_radius_formula_and_abstention_threshold():
     pa = np.array([0.0, 0.3, 0.4999, 0.5, 0.6, 0.9, 0.999])
-    radius = radius_from_pa(pa, sigma=0.5)
+    radius = L2.radius(pa, sigma=0.5)
     expected = np.where(pa < 0.5, 0.0, 0.5 * norm.ppf(pa))
     np.testing.assert_allclose(radius, expected, rtol=1e-12)
     assert radius[3] == 0.0  # Phi^-1(1/2) = 0
@@ -45,10 +47,10 @@ def test_radius_formula_and_abstention_threshold():
 def test_radius_cap_closed_form(n, factor):
     # sigma * Phi^-1(alpha^(1/n)) at alpha = 0.001 (the constant classifier's radius, Sun et al. 2025, Thm 1).
     sigma = 0.25
-    assert max_certifiable_radius(sigma, n, 0.001) == pytest.approx(sigma * norm.ppf(0.001 ** (1 / n)))
-    assert max_certifiable_radius(1.0, n, 0.001) == pytest.approx(factor, abs=5e-4)
-    assert radius_from_pa(clopper_pearson_lower(n, n, 0.001), sigma) == pytest.approx(
-        max_certifiable_radius(sigma, n, 0.001), rel=1e-12
+    assert L2.max_radius(sigma, n, 0.001) == pytest.approx(sigma * norm.ppf(0.001 ** (1 / n)))
+    assert L2.max_radius(1.0, n, 0.001) == pytest.approx(factor, abs=5e-4)
+    assert L2.radius(clopper_pearson_lower(n, n, 0.001), sigma) == pytest.approx(
+        L2.max_radius(sigma, n, 0.001), rel=1e-12
     )
 
 
