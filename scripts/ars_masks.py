@@ -7,7 +7,8 @@ the first query m₁ = x + σ₁ε₁ (all the mask network sees), the mask w = 
 averaged input x̂ the classifier reads, with the per-image σ₂ in the title. The noise is the certification
 stream of input idx (seed, idx, estimation phase, first block), so the figure shows draws certify.py uses.
 Standard output: one line per image with the numbers in its titles (mask mean, σ₂), which docs/results.md
-quotes (scripts/ars_clutter.sh keeps them beside the PNG). Errors: one line ``error: …``, exit status 2.
+quotes (evidence/ars_clutter/ars_clutter.sh keeps them beside the PNG). Errors: one line ``error: …``,
+exit status 2.
 """
 
 from __future__ import annotations

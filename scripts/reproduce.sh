@@ -42,7 +42,7 @@
 # The *_EXTRA and DATA_OVERRIDES values are split at whitespace (no spaces inside one override).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/evidence.sh   # run_step (DRY_RUN=1 prints), train_run (train.done)
+source scripts/run_steps.sh   # run_step (DRY_RUN=1 prints), train_run (train.done)
 
 USAGE="scripts/reproduce.sh DATASET SIGMA METHOD (DATASET: cifar10|mnist; SIGMA: 0.25|0.5|1.0; METHOD: cohen|smoothadv|macer|consistency|smoothmix|catrs|acr_gaming)"
 fail() { echo "error: $*" >&2; exit 2; }

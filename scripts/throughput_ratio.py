@@ -1,5 +1,5 @@
 """Certified inputs per second of a fast certification run against a slow one (the headline of
-scripts/fast_certification.sh), from their summary.json files.
+evidence/fast_certification/fast_certification.sh), from their summary.json files.
 
     python scripts/throughput_ratio.py SLOW_RUN FAST_RUN
 """

@@ -1,7 +1,8 @@
-"""The archived evidence rebuilds: every report and table under docs/results/ that has its
-per-input rows in the repository is built again from those rows, with the command its script uses, and must
-equal the committed file byte for byte — so a change to the report code that moves a published number, or a
-hand edit of a committed table, fails here. (Figures are not compared: matplotlib's output is not stable.)"""
+"""The archived evidence rebuilds: every report and table under docs/results/ that has its per-input rows in
+the repository is built again from those rows, with the command its generator (evidence/<study>/, see
+evidence/README.md) uses, and must equal the committed file byte for byte — so a change to the report code
+that moves a published number, or a hand edit of a committed table, fails here. (Figures are not compared:
+matplotlib's output is not stable.)"""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def assert_report_rebuilds(args: list[str], committed, out) -> None:
 
 @pytest.mark.parametrize("sigma", ["025", "050"])
 def test_the_structured_mnist_reports_rebuild_from_their_rows(tmp_path, sigma):
-    """scripts/acr_gaming_comparison.sh's report of every archived run at one σ."""
+    """evidence/mnist_structured/acr_gaming_comparison.sh's report of every archived run at one σ."""
     folder = STRUCTURED / "runs"  # as the script: every seed of every run at this σ
     runs = [
         str(p.relative_to(REPO))
@@ -48,11 +49,11 @@ def test_the_structured_mnist_reports_rebuild_from_their_rows(tmp_path, sigma):
 
 
 def test_the_structured_paired_cis_rebuild_and_are_the_docs_tables(tmp_path):
-    """scripts/structured_pairs.py (run by acr_gaming_comparison.sh) from the archived rows: both files equal
-    the committed ones, and every CI cell of docs/results.md's MACER, SmoothMix/SmoothAdv and
-    CAT-RS/ACR-gaming tables is one of their intervals. Catches a table left from the since-removed CI script
-    or edited by hand."""
-    done = run_script("scripts/structured_pairs.py", "--out", str(tmp_path), timeout=600)
+    """evidence/mnist_structured/structured_pairs.py (run by acr_gaming_comparison.sh) from the archived
+    rows: both files equal the committed ones, and every CI cell of docs/results.md's MACER,
+    SmoothMix/SmoothAdv and CAT-RS/ACR-gaming tables is one of their intervals. Catches a table left from the
+    since-removed CI script or edited by hand."""
+    done = run_script("evidence/mnist_structured/structured_pairs.py", "--out", str(tmp_path), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     files = ["paired_sigma025.txt", "paired_sigma050.txt"]
     match, mismatch, errors = filecmp.cmpfiles(STRUCTURED, tmp_path, files, shallow=False)
@@ -132,8 +133,8 @@ def reproduction_reports() -> list[str]:
 
 @pytest.mark.parametrize("name", reproduction_reports())
 def test_the_published_schedule_reports_rebuild_from_their_rows(tmp_path, name):
-    """scripts/mnist_reproduction.sh's report of the archived runs at one σ and budget (e.g. the σ = 1.0
-    Gaussian/Consistency pair at sigma = 1.0), and each run against its published row."""
+    """evidence/mnist_reproduction/mnist_reproduction.sh's report of the archived runs at one σ and budget
+    (e.g. the σ = 1.0 Gaussian/Consistency pair at sigma = 1.0), and each run against its published row."""
     folder = RESULTS / "mnist_reproduction" / name
     runs = sorted(str(p.relative_to(REPO)) for p in (folder / "runs").iterdir())  # as the script's glob
     sigma, budget = name.removeprefix("sigma").split("_")  # e.g. "100", "n100000"
@@ -163,7 +164,7 @@ def sequential_models() -> list[str]:
 
 @pytest.mark.parametrize("model", sequential_models())
 def test_the_sequential_tables_rebuild_from_their_rows(tmp_path, model):
-    """scripts/sequential_certification.sh's stage_tables, over the archived runs in its order."""
+    """evidence/sequential/sequential_certification.sh's stage_tables, over the archived runs in its order."""
     order = ["cohen", "iss_ad005", "sequential", "sequential_to_1.5", "levers", "levers_to_1.5", "cohen_fp32",
              "sequential_bf16"]  # fmt: skip
     runs = [
@@ -185,12 +186,13 @@ def test_every_archived_table_has_its_rows():
 
 
 def test_the_fast_certification_tables_rebuild_from_their_rows(tmp_path):
-    """scripts/fast_certification.sh's stage_tables (ISS against IAS, bf16 against fp32 row by row, the
-    headline ratio) from the archived rows alone, into a scratch folder: every table it writes equals the
-    committed one, and every committed table but the checkpoint-only per-sample counts is written."""
+    """evidence/fast_certification/fast_certification.sh's stage_tables (ISS against IAS, bf16 against fp32
+    row by row, the headline ratio) from the archived rows alone, into a scratch folder: every table it
+    writes equals the committed one, and every committed table but the checkpoint-only per-sample counts is
+    written."""
     folder = RESULTS / "fast_certification"
     env = {**os.environ, "STAGE": "tables", "TABLES": str(tmp_path), "PY": sys.executable}
-    script = str(REPO / "scripts" / "fast_certification.sh")
+    script = str(REPO / "evidence" / "fast_certification" / "fast_certification.sh")
     done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     rebuilt = sorted(p.name for p in tmp_path.iterdir())
@@ -202,13 +204,14 @@ def test_the_fast_certification_tables_rebuild_from_their_rows(tmp_path):
 
 
 def test_the_ars_clutter_report_rebuilds_from_its_rows(tmp_path):
-    """scripts/ars_clutter.sh's stage tables: the L-infinity report of ARS, its static mask and the vanilla
-    baseline on cluttered MNIST, and the paired CIs docs/results.md quotes, from the archived rows alone."""
+    """evidence/ars_clutter/ars_clutter.sh's stage tables: the L-infinity report of ARS, its static mask and
+    the vanilla baseline on cluttered MNIST, and the paired CIs docs/results.md quotes, from the archived rows
+    alone."""
     folder = RESULTS / "ars_clutter"
     assert sorted(p.name for p in (folder / "runs").iterdir()) == ["ars", "ars_static", "ars_vanilla"]
     env = {**os.environ, "STAGE": "tables", "REPORTS": str(tmp_path), "PY": sys.executable}
     env.pop("ARCHIVE", None)  # the script's own: docs/results/ars_clutter/runs
-    script = str(REPO / "scripts" / "ars_clutter.sh")
+    script = str(REPO / "evidence" / "ars_clutter" / "ars_clutter.sh")
     done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     files = [*REPORT_FILES, "paired_differences.txt", "paired_static_vanilla.txt"]
@@ -218,7 +221,8 @@ def test_the_ars_clutter_report_rebuilds_from_its_rows(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (RESULTS / "noises").iterdir() if p.is_dir()))
 def test_the_noise_comparison_report_rebuilds_from_its_rows(tmp_path, name):
-    """scripts/noise_comparison.sh's report: Gaussian, Laplace and uniform training noise, L1 radii."""
+    """evidence/noises/noise_comparison.sh's report: Gaussian, Laplace and uniform training noise, L1
+    radii."""
     folder = RESULTS / "noises" / name
     runs = [str((folder / "runs" / noise).relative_to(REPO)) for noise in ("gaussian", "laplace", "uniform")]
     assert_report_rebuilds([*runs, "--compare-noises"], folder, tmp_path)

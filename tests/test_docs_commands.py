@@ -140,12 +140,12 @@ COVERED = {
     r"python scripts/ars_masks\.py ": (
         "tests/methods/test_ars_training.py::test_a_training_step_runs_and_the_checkpoint_certifies_in_linf"
     ),
-    r"bash scripts/(mnist_reproduction|mnist_comparison|acr_gaming_comparison|ars_clutter)\.sh": (
-        "tests/scripts/test_evidence_scripts.py::"
+    r"bash evidence/\w+/(mnist_reproduction|mnist_comparison|acr_gaming_comparison|ars_clutter)\.sh": (
+        "tests/evidence/test_evidence_scripts.py::"
         "test_a_failed_background_training_fails_the_script_before_any_later_stage"
     ),
-    r"bash scripts/denoised_smoothing\.sh": (
-        "tests/scripts/test_evidence_scripts.py::"
+    r"bash evidence/denoised_smoothing/denoised_smoothing\.sh": (
+        "tests/evidence/test_evidence_scripts.py::"
         "test_denoised_smoothing_stops_on_a_failed_background_training_and_reports_from_archived_rows"
     ),
     r"for job in multirun/train/": (

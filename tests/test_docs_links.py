@@ -1,5 +1,6 @@
-"""The README and the docs/ pages link to files and headings that exist (the README was split
-into docs/ pages; a moved section must not leave a link behind)."""
+"""The README, the docs/ pages and evidence/README.md link to files and headings that exist (the README was
+split into docs/ pages, the evidence generators moved out of scripts/; a moved section or file must not
+leave a link behind)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from rs_testing import REPO
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "evidence" / "README.md"]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

@@ -1,4 +1,5 @@
-"""The evidence scripts' helpers: precision agreement and the ISS comparison table."""
+"""The comparison tools of scripts/ that the evidence generators call (and a user runs on their own run
+folders): precision agreement and the ISS comparison table."""
 
 import json
 import runpy
@@ -6,22 +7,17 @@ from pathlib import Path
 
 import pytest
 from rs_testing import REPO
-
-from rs_lightning.runs import ResultWriter
-
-
-def write_run(folder: Path, radii, correct, idx=None) -> Path:
-    idx = range(len(radii)) if idx is None else idx
-    with ResultWriter(folder / "certify.tsv") as writer:
-        for i, r, c in zip(idx, radii, correct, strict=True):
-            writer.write(
-                dict(idx=i, label=0, predict=0 if c else 1, radius=r, correct=c, time=0.0,
-                     nA=90, n=100, pA_lower=0.8, pA_hat=0.9, n0=10, nA0=9, samples=110)
-            )  # fmt: skip
-    return folder
+from run_folders import write_run_folder
 
 
-AGREEMENT = Path(__file__).resolve().parents[1] / "scripts" / "precision_agreement.py"
+def write_run(folder: Path, radii, correct) -> Path:
+    """Rows with the given radii, each correct or wrong (another class than its label 0), 90 of 100 draws."""
+    wrong = [j for j, c in enumerate(correct) if not c]
+    return write_run_folder(folder, [90] * len(radii), n=100, n0=10, labels=[0] * len(radii), wrong=wrong,
+                            columns={"radius": radii, "time": [0.0] * len(radii)}, settings={})  # fmt: skip
+
+
+AGREEMENT = REPO / "scripts" / "precision_agreement.py"
 
 
 def agreement(*args: str) -> dict:
@@ -57,16 +53,16 @@ def test_precision_agreement_on_noisy_samples(trained_digits, capsys, tmp_path):
     assert json.loads(written.read_text())["inputs"] == 2 and capsys.readouterr().out == ""
 
 
-ISS_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "iss_comparison.py"
+ISS_SCRIPT = REPO / "scripts" / "iss_comparison.py"
 
 
 def write_rows(folder: Path, radii, samples, seconds, settings: dict) -> Path:
-    with ResultWriter(folder / "certify.tsv") as writer:
-        for i, (r, s, t) in enumerate(zip(radii, samples, seconds, strict=True)):
-            row = dict(idx=i, label=0, predict=0 if r > 0 else -1, radius=r, correct=int(r > 0), time=t)
-            writer.write(row | dict(nA=90, n=s - 10, pA_lower=0.8, pA_hat=0.9, n0=10, nA0=9, samples=s))
-    (folder / "settings.json").write_text(json.dumps({"n": 1000, "precision": "bf16", **settings}))
-    return folder
+    """Rows of label 0 certified at the given radii (abstaining at radius 0), with the given draws and
+    seconds per input, and settings.json {"n": 1000, "precision": "bf16", **settings}."""
+    n_a = [900 if r > 0 else 0 for r in radii]  # abstains exactly where the radius is 0
+    return write_run_folder(folder, n_a, n=1000, n0=10, labels=[0] * len(radii),
+                            columns={"radius": radii, "samples": samples, "time": seconds},
+                            settings={"n": 1000, "precision": "bf16", **settings})  # fmt: skip
 
 
 def test_iss_comparison_reports_draws_time_and_decline(tmp_path, capsys):
@@ -84,17 +80,3 @@ def test_iss_comparison_reports_draws_time_and_decline(tmp_path, capsys):
         2.18 / 4
     )
     assert "| ISS AD 0.05 | bf16 | 260 | 3.88 |" in capsys.readouterr().out
-
-
-def test_every_mutant_of_the_mutation_check_still_applies():
-    """scripts/mutation_check.py stops at the first mutant whose original text is gone from the code, so a
-    refactor silently leaves the statistical tests unchecked until someone runs it (the Wald-bound mutant
-    had stopped applying when clopper_pearson_upper was added). Each mutant's text must occur exactly once,
-    and the tests it names must exist."""
-    check = runpy.run_path(str(REPO / "scripts" / "mutation_check.py"))
-    assert len(check["MUTANTS"]) >= 29
-    for name, path, old, new, tests in check["MUTANTS"]:
-        assert (REPO / path).read_text().count(old) == 1, name
-        assert old != new, name
-        for test in tests.split(" -k ")[0].split():
-            assert (REPO / test.split("::")[0]).is_file(), (name, test)

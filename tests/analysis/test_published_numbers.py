@@ -11,14 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rs_testing import REPO, compose_config
+from run_folders import write_run_folder
 from scipy.stats import norm
 
 from rs_lightning.analysis import published_numbers as pn
 from rs_lightning.cli import published_cells
 from rs_lightning.cli.report import main
-from rs_lightning.runs import ResultWriter, write_json_atomic
 from rs_lightning.smoothing.certificate import Certificate
-from rs_lightning.smoothing.spec import CertificationSpec
 from rs_lightning.smoothing.stats import clopper_pearson_lower
 
 ALL_METHODS = "cohen, smoothadv, macer, consistency, smoothmix, catrs, acr_gaming$"
@@ -155,8 +154,9 @@ def test_protocol_differences_name_each_key():
 def synthetic_run(
     folder: Path, cell: pn.PublishedCell, accuracy, *, n=100_000, images=10_000, data="cifar10"
 ):
-    """A certify.py-like folder (the project's writer, a spec's settings) whose certified accuracy at the
-    cell's radii is ``accuracy`` (fractions, multiples of 1/images); correct inputs sit 0.01 above one."""
+    """A certify.py-like folder (tests/run_folders.py: the project's writer, a spec's settings) whose
+    certified accuracy at the cell's radii is ``accuracy`` (fractions, multiples of 1/images); correct inputs
+    sit 0.01 above one, the others abstain (nA = 0)."""
     counts = np.round(np.asarray(accuracy) * images).astype(int)
     radii = [
         r + 0.01 for k, r in enumerate(cell.radii) for _ in range(counts[k] - np.append(counts, 0)[k + 1])
@@ -166,22 +166,15 @@ def synthetic_run(
     bounds = clopper_pearson_lower(np.arange(n + 1), n, 0.001)
     n_a = np.minimum(np.searchsorted(bounds, norm.cdf(np.asarray(radii) / cell.sigma)), n)
     written = Certificate().radius(bounds[n_a], cell.sigma)
-    with ResultWriter(folder / "certify.tsv") as writer:
-        for i in range(images):
-            good = i < len(radii)
-            writer.write(
-                dict(idx=i, label=1, predict=1 if good else -1, radius=written[i] if good else 0.0,
-                     correct=int(good), time=0.1, nA=int(n_a[i]) if good else 0, n=n,
-                     pA_lower=bounds[n_a[i]] if good else 0.0, pA_hat=1.0 if good else 0.0, n0=100, nA0=100,
-                     samples=n + 100)
-            )  # fmt: skip
-    settings = CertificationSpec(sigma=cell.sigma, n0=100, n=n, alpha=0.001).as_dict() | {
+    record = {
         "subset": {"skip": 1, "start": 0, "max": None, "num_inputs": images},
         "data": {"name": data, "num_classes": 10, "input_shape": list(pn.INPUT_SHAPES["cifar10"])},
         "checkpoint": None,
         "model": None,
     }
-    write_json_atomic(folder / "settings.json", settings)
+    all_n_a = np.append(n_a, np.zeros(images - n_a.size, dtype=int))
+    write_run_folder(folder, all_n_a, n=n, sigma=cell.sigma, alpha=0.001, labels=np.ones(images, dtype=int),
+                     record=record)  # fmt: skip
     return folder, float(np.sum(written)) / images
 
 

@@ -123,7 +123,7 @@ def bare_checkout(tmp_path) -> Path:
     imported from the venv)."""
     (tmp_path / "scripts").mkdir()
     (tmp_path / "conf" / "experiment").mkdir(parents=True)
-    for name in ("reproduce.sh", "evidence.sh"):
+    for name in ("reproduce.sh", "run_steps.sh"):
         shutil.copy(SCRIPT.parent / name, tmp_path / "scripts" / name)
     return tmp_path
 

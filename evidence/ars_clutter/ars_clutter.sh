@@ -6,7 +6,8 @@
 # the mask PNG for docs/results.md. Stage report archives each run's per-input rows (certify.tsv,
 # settings.json, summary.json) under $ARCHIVE and builds the report and paired CIs from them (stage tables,
 # which tests/test_archived_evidence.py runs), then draws the masks from the checkpoints.
-#   OUT=/work/runs/ars_clutter bash scripts/ars_clutter.sh   (STAGE=train|certify|report|tables|masks, RUNS="...")
+#   OUT=/work/runs/ars_clutter bash evidence/ars_clutter/ars_clutter.sh
+#   (STAGE=train|certify|report|tables|masks, RUNS="...")
 # Schedule: the experiments' 90-epoch recipe (conf/experiment/ars*_cluttered_mnist_sigma050.yaml) scaled by
 # 1/30 with its structure kept: 9 short epochs, each a fresh random third of the training canvases (LIMIT,
 # trainer.limit_train_batches: 78 of 235 batches; 3 passes in all), the classifier's StepLR(30, x0.1) ->
@@ -18,8 +19,8 @@
 # radii (norm=linf).
 # Each process has one thread; every stage skips finished work, so a rerun resumes.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/evidence.sh
+cd "$(dirname "$0")/../.."
+source scripts/run_steps.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/ars_clutter}
@@ -34,7 +35,7 @@ CERTIFY=${CERTIFY:-"norm=linf n0=100 n=1000 alpha=0.05 skip=20 batch_size=1000 s
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT"
 
-train() {  # train RUN: train_run (scripts/evidence.sh: train.done, resumable) into $OUT/RUN/train
+train() {  # train RUN: train_run (scripts/run_steps.sh: train.done, resumable) into $OUT/RUN/train
   local run=$1 mask=""
   [ "$run" != ars_vanilla ] && mask="method.mask_scheduler.step_size=$STEP"
   train_run "$OUT/$run/train" experiment="${run}_cluttered_mnist_sigma050" data.source.path="$DATA" seed=0 \
@@ -48,7 +49,7 @@ certify() {  # certify RUN on the common protocol: certify_run (only a finished 
 
 train_and_certify() { train "$1"; certify "$1"; }
 
-archive() {  # the finished certifications' per-input rows into $ARCHIVE (scripts/evidence.sh archive_run)
+archive() {  # the finished certifications' per-input rows into $ARCHIVE (scripts/run_steps.sh archive_run)
   for run in ars ars_static ars_vanilla; do archive_run "$OUT/$run/certify" "$ARCHIVE/$run"; done
 }
 

@@ -6,16 +6,16 @@
 # full test set). Each report is built from per-input rows archived under $REPORTS/sigma<s>_n<N>/runs/, so it
 # rebuilds from the repository (tests/test_archived_evidence.py). The sigma = 1.0 pair (ACR against the p_A distribution at a large sigma):
 #   RUNS="cohen_mnist_sigma100 consistency_mnist_sigma100" SIGMAS=100 SKIP=20 BUDGETS=100000 \
-#     CHECKPOINT=epoch089.ckpt OUT=/work/runs/mnist_repro bash scripts/mnist_reproduction.sh
+#     CHECKPOINT=epoch089.ckpt OUT=/work/runs/mnist_repro bash evidence/mnist_reproduction/mnist_reproduction.sh
 # LR schedule as the reference runs it: its legacy scheduler.step(epoch) after each epoch makes StepLR(30)'s
 # drops take effect from 0-based epochs 31 and 61 (the experiment files' optim.scheduler_epoch_offset: 1).
 # Resumable: every run uses a fixed folder and ckpt_path=last, and certify.py skips certified rows, so
 # rerunning the script continues killed or unfinished runs (1 thread each; RUNS="a b" to choose; JOBS
 # parallel processes; STAGE=report only writes the reports).
-#   OUT=/work/runs/mnist_repro bash scripts/mnist_reproduction.sh
+#   OUT=/work/runs/mnist_repro bash evidence/mnist_reproduction/mnist_reproduction.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/evidence.sh
+cd "$(dirname "$0")/../.."
+source scripts/run_steps.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/mnist_reproduction}
@@ -26,7 +26,7 @@ SKIP=${SKIP:-50}
 JOBS=${JOBS:-2}
 REPORTS=${REPORTS:-docs/results/mnist_reproduction}
 
-one() {  # train then certify one experiment at every budget (scripts/evidence.sh: train.done, resumable)
+one() {  # train then certify one experiment at every budget (scripts/run_steps.sh: train.done, resumable)
   local exp=$1 dir="$OUT/$1" n
   OMP_NUM_THREADS=1 train_run "$dir/train" experiment="$exp" data=npz data.path="$DATA/mnist.npz" seed=0 \
     logger=csv trainer.enable_progress_bar=false || return

@@ -1,4 +1,5 @@
-# Shared helpers of the evidence scripts (sourced; they set PY first). One rule for every script:
+# Resumable train/certify steps, sourced (PY set first) by scripts/reproduce.sh and by every evidence
+# generator under evidence/ (README.md there). One rule for every script:
 #   - a training is finished when its folder holds train.done (last.ckpt is written every epoch, so it
 #     does not mean "finished"); a killed training resumes from its last.ckpt;
 #   - only finished trainings are certified; a finished certification (summary.json) is skipped, an

@@ -3,9 +3,9 @@
 # per-coordinate std SIGMA, each certified with its own noise, all stated as L1 radii (Gaussian: its L2 radius,
 # since ||d||_2 <= ||d||_1), on the same 200 test inputs; then one report with the paired certified-accuracy
 # verdicts. Does uniform beat Gaussian at L1, as Yang et al. (ICML 2020) report?
-#   OUT=/work/runs/noises bash scripts/noise_comparison.sh                          # MNIST, sigma 0.5
-#   DATASET=mnist SIGMA=1.0 OUT=/work/runs/noises_mnist_s100 bash scripts/noise_comparison.sh
-#   DATASET=cifar_subset OUT=/work/runs/noises_cifar_s050 bash scripts/noise_comparison.sh
+#   OUT=/work/runs/noises bash evidence/noises/noise_comparison.sh                          # MNIST, sigma 0.5
+#   DATASET=mnist SIGMA=1.0 OUT=/work/runs/noises_mnist_s100 bash evidence/noises/noise_comparison.sh
+#   DATASET=cifar_subset OUT=/work/runs/noises_cifar_s050 bash evidence/noises/noise_comparison.sh
 #   STAGE=train|certify|report ...                                                  # one stage
 # Training, MNIST: cohen_mnist_sigma<SIGMA> shortened to 15 epochs with StepLR(5) (the reference's two LR drops
 # at 1/3 and 2/3 of the schedule kept; a shortened schedule, not the recipe); the 4k/1k CIFAR-10 subset: the
@@ -14,8 +14,8 @@
 # it can reach are smaller, see the report's caps), alpha = 0.001, n0 = 100, fp32, one thread per job, 200 test
 # inputs (MNIST idx 0, 50, ...; CIFAR subset idx 0, 5, ...). Resumable.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/evidence.sh
+cd "$(dirname "$0")/../.."
+source scripts/run_steps.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 DATASET=${DATASET:-mnist}
@@ -38,7 +38,7 @@ case $DATASET in
 esac
 mkdir -p "$OUT"
 
-train() {  # train NOISE: train_run (scripts/evidence.sh), one thread
+train() {  # train NOISE: train_run (scripts/run_steps.sh), one thread
   OMP_NUM_THREADS=1 train_run "$OUT/train/$1" $TRAIN noise="$1" seed=0 trainer.enable_progress_bar=false logger=csv
 }
 

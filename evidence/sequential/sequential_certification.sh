@@ -4,8 +4,8 @@
 #   - MNIST LeNet, Gaussian sigma = 0.25 and 0.5 (cohen_mnist_sigma025/050 shortened to 15 epochs, StepLR(5):
 #     the reference's two LR drops at 1/3 and 2/3 of the schedule kept; a shortened schedule, not the recipe)
 #   - LeNet on the 4k/1k CIFAR-10 subset, Gaussian sigma = 0.25 (the MNIST LeNet recipe, 90 epochs)
-#   OUT=/work/runs/sequential bash scripts/sequential_certification.sh      # train, certify, tables
-#   STAGE=train|certify|levers|tables|headline bash scripts/sequential_certification.sh
+#   OUT=/work/runs/sequential bash evidence/sequential/sequential_certification.sh      # train, certify, tables
+#   STAGE=train|certify|levers|tables|headline bash evidence/sequential/sequential_certification.sh
 # "sequential" and "sequential_to_1.5" are the rule before its levers (sequential.beta=null,
 # alpha_spending=even, futility=false: how those runs stopped); "levers" certifies the same inputs with
 # today's defaults (beta 0.05, alpha_spending=selection, futility) as "levers" and "levers_to_1.5". The
@@ -14,8 +14,8 @@
 # fp32 Cohen on MNIST sigma 0.5, 2 threads, back to back) needs the machine to itself. Resumable: finished
 # trainings (train.done) and certifications (summary.json) are skipped, killed ones continue.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/evidence.sh
+cd "$(dirname "$0")/../.."
+source scripts/run_steps.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/sequential_certification}

@@ -1,6 +1,6 @@
 """Mutation check of the statistical tests: each plausible bug, applied to a copy of HEAD, must fail them.
 
-    python scripts/mutation_check.py            # about 3 minutes on 2 cores; exit status 1 if a bug survives
+    python tools/mutation_check.py              # about 3 minutes on 2 cores; exit status 1 if a bug survives
 
 Every mutant below is a bug the tests in tests/smoothing/ say they exist to catch (an off-by-one in the
 Clopper–Pearson parameters, selecting the class from the estimation counts, a one-sided PREDICT test, an ISS

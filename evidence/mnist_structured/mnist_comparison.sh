@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reduced-schedule comparison of the six training methods on full MNIST (LeNet), sigma = 0.25 and 0.5,
 # every model certified on one protocol. Produces the numbers in docs/results.md:
-#   bash scripts/mnist_comparison.sh
+#   bash evidence/mnist_structured/mnist_comparison.sh
 # Each method runs its published MNIST experiment (conf/experiment/<method>_mnist_sigma<..>.yaml) on the
 # reference's 90-epoch schedule scaled by 0.3 with its structure kept (mnist_common.sh: 27 short epochs of a
 # ninth of the data, StepLR(9), the experiment's own LR timing): MACER's lambda switches on with the first LR
@@ -10,7 +10,7 @@
 # certify with SIGMAS="025" runs one stage for one sigma, ONLY="catrs_s025 smoothmix_s050" only the runs named
 # (in train, catrs and certify; also in acr_gaming_comparison.sh). Finished runs are skipped, so a rerun resumes.
 # Only finished trainings (train.done) are certified, and a failed background job fails the script.
-source "$(dirname "$0")/mnist_common.sh"
+source "$(dirname "$0")/../common/mnist_common.sh"
 SOFT_LABEL_SAMPLES=${SOFT_LABEL_SAMPLES:-32}   # reference: 10,000 draws per training image
 SOFT="$OUT/soft_labels_gaussian_s025$SUFFIX.npy"   # SEED=1: the whole recipe again, its teacher too
 

@@ -1,12 +1,12 @@
 """The paired bootstrap CIs docs/results.md quotes for the structure-kept MNIST comparison, from the per-input
 rows archived in docs/results/mnist_structured/runs.
 
-    python scripts/structured_pairs.py [--runs DIR] [--out DIR]
+    python evidence/mnist_structured/structured_pairs.py [--runs DIR] [--out DIR]
 
 Each pair is its own ``python -m rs_lightning.cli.report paired REFERENCE OTHER --radii …`` (run here in one
 process), so each CI is a 95 % single-pair interval; the comparison reports' CIs are simultaneous over all
 pairs, hence wider. Writes ``paired_sigma025.txt`` and ``paired_sigma050.txt`` (ACR and certified accuracy
-at the radii the docs quote). scripts/acr_gaming_comparison.sh runs it after its reports, and
+at the radii the docs quote). acr_gaming_comparison.sh (beside it) runs it after its reports, and
 tests/test_archived_evidence.py rebuilds both files.
 """
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Evidence for fast certification: input-specific sampling (ISS) against input-agnostic sampling
 # (IAS) at n = 100,000 on 200 test inputs, bf16 against fp32, and the headline: bf16 + ISS against the fp32
-# IAS run. The models and fp32 runs are those of scripts/sequential_certification.sh (same recipes, folder
-# names and archive): OUT=<its OUT> reuses its trainings, and its archived fp32 rows are the fp32 side here.
+# IAS run. The models and fp32 runs are those of evidence/sequential/sequential_certification.sh (same
+# recipes, folder names and archive): OUT=<its OUT> reuses its trainings, and its archived fp32 rows are the
+# fp32 side here.
 #   - MNIST LeNet, Gaussian sigma = 0.5 (cohen_mnist_sigma050 shortened to 15 epochs, StepLR(5): the
 #     reference's two LR drops at 1/3 and 2/3 of the schedule kept): IAS and ISS (AD 0.05, 0.1) at bf16 +
 #     channels_last, against its fp32 IAS and ISS runs
 #   - LeNet on the 4k/1k CIFAR-10 subset, Gaussian sigma = 0.25: ISS against IAS from the fp32 runs only
-#   bash scripts/fast_certification.sh            # OUT=... PY=... RS_SHARED_DATA=... to change paths
-#   STAGE=train|compare|headline|samples|tables bash scripts/fast_certification.sh   # one stage
+#   bash evidence/fast_certification/fast_certification.sh      # OUT=... PY=... RS_SHARED_DATA=... to change paths
+#   STAGE=train|compare|headline|samples|tables bash evidence/fast_certification/fast_certification.sh  # one stage
 # Stage "compare" runs one process per certification with one thread; stage "headline" runs the two timed
 # runs back to back with 2 threads and must have the machine to itself (HEADLINE_SKIP=200: every 4th input,
 # 50). Every certify.py run is resumable (rerun the script); finished runs are skipped. Each run's per-input
@@ -16,14 +17,14 @@
 # and stage "tables" builds every table from the archived rows alone (no checkpoint), so
 # tests/test_archived_evidence.py rebuilds them from the repository.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/evidence.sh
+cd "$(dirname "$0")/../.."
+source scripts/run_steps.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}
 OUT=${OUT:-outputs/fast_certification}
 ARCHIVE=${ARCHIVE:-docs/results/fast_certification/runs}
 TABLES=${TABLES:-docs/results/fast_certification}
-FP32=${FP32:-docs/results/sequential/runs}   # scripts/sequential_certification.sh's archive: the fp32 runs
+FP32=${FP32:-docs/results/sequential/runs}   # evidence/sequential/sequential_certification.sh's archive: the fp32 runs
 mkdir -p "$TABLES"
 
 MNIST="data=npz data.path=$DATA/mnist.npz skip=50"            # idx 0, 50, ..., 9950: 200 inputs
@@ -31,7 +32,7 @@ FAST="precision=bf16 channels_last=true"
 ISS005="sampling=iss iss.decline=ad iss.max_decline=0.05"
 ISS010="sampling=iss iss.decline=ad iss.max_decline=0.1"
 
-certify_archived() {  # certify_archived THREADS MODEL NAME OVERRIDES...: certify (scripts/evidence.sh), then
+certify_archived() {  # certify_archived THREADS MODEL NAME OVERRIDES...: certify (scripts/run_steps.sh), then
   # archive the rows to $ARCHIVE/MODEL/NAME
   certify "$@" || return
   [ "${DRY_RUN:-0}" = 1 ] || archive_run "$OUT/certify/$2/$3" "$ARCHIVE/$2/$3"

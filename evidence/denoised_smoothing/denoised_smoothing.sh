@@ -9,10 +9,10 @@
 #   ddpm           the clean LeNet behind one-shot denoising by a small DDPM (Carlini, Tramer, Dvijotham, Rice,
 #                  Sun & Kolter, ICLR 2023): one DDPM for both sigmas, trained with its own loss over all
 #                  timesteps (method=diffusion), its timestep chosen from the certification sigma.
-#   bash scripts/denoised_smoothing.sh                  # all stages; resumable
-#   STAGE=train|certify|report bash scripts/denoised_smoothing.sh
-# Schedules (scripts/mnist_common.sh): the LeNets and the MSE stage take the 27 short epochs (each a ninth of
-# the training set) with StepLR(9) after each epoch, the classifiers on the MNIST recipe (SGD 0.01), the
+#   bash evidence/denoised_smoothing/denoised_smoothing.sh                  # all stages; resumable
+#   STAGE=train|certify|report bash evidence/denoised_smoothing/denoised_smoothing.sh
+# Schedules (evidence/common/mnist_common.sh): the LeNets and the MSE stage take the 27 short epochs (each a
+# ninth of the training set) with StepLR(9) after each epoch, the classifiers on the MNIST recipe (SGD 0.01), the
 # denoiser on the paper's (optim=denoiser: Adam 1e-3, wd 1e-4); the stability and classification stages start
 # from the MSE denoiser at the paper's lr 1e-5 for 9 short epochs (a third; no LR drop, as in the reference's
 # 25-epoch second stage under StepLR(30)). Deviations, for two CPU cores: DnCNN at depth 10 and 32 channels (the
@@ -23,7 +23,7 @@
 # 1e-4; theirs lr 2e-4, no weight decay, an EMA of the weights): a deviation for two CPU cores, and an
 # under-trained DDPM. It trains at sigma = 0.25 and is certified at 0.5 with override_sigma=true (recorded), as
 # its weights do not depend on sigma; its training-time certification looks at 20 inputs only.
-source "$(dirname "$0")/mnist_common.sh"
+source "$(dirname "$0")/../common/mnist_common.sh"
 OUT=${OUT:-outputs/denoised_smoothing}
 REPORT=${REPORT:-docs/results/denoised_smoothing}
 STAGE=${STAGE:-all}

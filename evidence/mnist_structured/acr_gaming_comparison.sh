@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Issue-4 evidence: the ACR-gaming recipe (Sun et al. 2025 §3.2) against the six methods of
-# scripts/mnist_comparison.sh on full MNIST (LeNet), sigma = 0.25 and 0.5, same reduced schedule and the same
-# certification protocol; then the comparison report and the budget view per sigma, and the paired CIs the
-# docs quote (scripts/structured_pairs.py). Run it after
-# scripts/mnist_comparison.sh with the same OUT:  bash scripts/acr_gaming_comparison.sh
+# Evidence for the ACR-gaming recipe (Sun et al. 2025 §3.2) against the six methods of
+# evidence/mnist_structured/mnist_comparison.sh on full MNIST (LeNet), sigma = 0.25 and 0.5, same reduced
+# schedule and the same certification protocol; then the comparison report and the budget view per sigma, and
+# the paired CIs the docs quote (evidence/mnist_structured/structured_pairs.py). Run it after
+# mnist_comparison.sh with the same OUT:  bash evidence/mnist_structured/acr_gaming_comparison.sh
 # The recipe's CIFAR-10 values (tau, S, eta_s, m) are kept; its epochs are scaled like the schedule: E_ds = the
 # share 0.4 of it (paper: 60 of 150; epoch 10 of 27) and reweighting every 2 epochs (paper: every 10 of 150).
 # SIGMAS="025" runs one sigma, REPORTS=none skips the reports; the reports read the per-input results that
 # certify() archives in docs/results/mnist_structured/runs (so runs of earlier sessions are included).
-source "$(dirname "$0")/mnist_common.sh"
+source "$(dirname "$0")/../common/mnist_common.sh"
 REPORTS=${REPORTS:-docs/results/mnist_structured}
 
 run() {  # run SIGMA_TAG SIGMA TAU STEPS
@@ -31,4 +31,4 @@ for s in 025 050; do
   $PY -m rs_lightning.cli.report "${runs[@]}" --out "$REPORTS/sigma$s" --overwrite \
     --budgets 100 1000 10000 100000 1000000
 done
-$PY scripts/structured_pairs.py --runs "$ARCHIVE" --out "$REPORTS"   # the CIs docs/results.md quotes
+$PY evidence/mnist_structured/structured_pairs.py --runs "$ARCHIVE" --out "$REPORTS"   # the CIs docs/results.md quotes

@@ -1,6 +1,6 @@
-"""The evidence scripts' shared helpers (scripts/evidence.sh) and job handling, run with a stand-in
-interpreter that records every call: a failed background training fails the script before any later stage,
-and only finished trainings (train.done) are certified."""
+"""The evidence generators (evidence/<study>/*.sh), their shared helpers (scripts/run_steps.sh) and job
+handling, run with a stand-in interpreter that records every call: a failed background training fails the
+script before any later stage, and only finished trainings (train.done) are certified."""
 
 from __future__ import annotations
 
@@ -45,6 +45,12 @@ ENV = (
 )
 
 
+EVIDENCE = REPO / "evidence"
+COMPARISON = "mnist_structured/mnist_comparison.sh"
+FAST = "fast_certification/fast_certification.sh"
+DENOISED = "denoised_smoothing/denoised_smoothing.sh"
+
+
 def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.CompletedProcess, list]:
     stand_in, record = tmp_path / "python", tmp_path / "record.jsonl"
     stand_in.write_text(STAND_IN.format(python=sys.executable))
@@ -54,7 +60,7 @@ def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.Comp
                 "ARCHIVE": str(tmp_path / "archive"), "REPORTS": str(tmp_path / "reports"),
                 "TABLES": str(tmp_path / "tables")} | env  # fmt: skip
     result = subprocess.run(
-        ["bash", str(REPO / "scripts" / script)], capture_output=True, text=True, env=environ, timeout=120
+        ["bash", str(EVIDENCE / script)], capture_output=True, text=True, env=environ, timeout=120
     )
     calls = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
     return result, calls
@@ -63,11 +69,11 @@ def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.Comp
 @pytest.mark.parametrize(
     ("script", "env"),
     [
-        ("mnist_comparison.sh", {}),
-        ("acr_gaming_comparison.sh", {}),
-        ("mnist_reproduction.sh", {}),
-        ("ars_clutter.sh", {"STAGE": "all"}),
-        ("ars_clutter.sh", {"STAGE": "train"}),
+        ("mnist_structured/mnist_comparison.sh", {}),
+        ("mnist_structured/acr_gaming_comparison.sh", {}),
+        ("mnist_reproduction/mnist_reproduction.sh", {}),
+        ("ars_clutter/ars_clutter.sh", {"STAGE": "all"}),
+        ("ars_clutter/ars_clutter.sh", {"STAGE": "train"}),
     ],  # fmt: skip
 )
 def test_a_failed_background_training_fails_the_script_before_any_later_stage(tmp_path, script, env):
@@ -86,18 +92,18 @@ def test_only_finished_trainings_are_certified(tmp_path):
         (out / run / "checkpoints").mkdir(parents=True)
         (out / run / "checkpoints" / "last.ckpt").write_text("")
     (out / "gaussian_s025" / "train.done").write_text("")
-    result, calls = run_script(tmp_path, "mnist_comparison.sh", STAGE="certify", SIGMAS="025")
+    result, calls = run_script(tmp_path, COMPARISON, STAGE="certify", SIGMAS="025")
     assert result.returncode == 0, result.stderr
     assert [c[1] for c in calls] == [f"checkpoint={out}/gaussian_s025/checkpoints/last.ckpt"]
     assert sorted(os.listdir(tmp_path / "archive")) == ["gaussian_s025"]
-    result, calls = run_script(tmp_path, "mnist_comparison.sh", STAGE="certify", SIGMAS="025", ONLY="x")
+    result, calls = run_script(tmp_path, COMPARISON, STAGE="certify", SIGMAS="025", ONLY="x")
     assert result.returncode == 0 and len(calls) == 1  # ONLY leaves both out
 
 
 def test_certify_refuses_a_run_without_train_done_in_one_line(tmp_path):
     (tmp_path / "out" / "train" / "acr_gaming_s025" / "checkpoints").mkdir(parents=True)
     script = tmp_path / "certify_one.sh"
-    script.write_text(f"source {REPO}/scripts/mnist_common.sh\ncertify acr_gaming_s025\n")
+    script.write_text(f"source {EVIDENCE}/common/mnist_common.sh\ncertify acr_gaming_s025\n")
     result, calls = run_script(tmp_path, str(script))
     assert result.returncode == 1 and not calls
     assert result.stderr.strip().splitlines() == [
@@ -109,13 +115,13 @@ def test_certify_refuses_a_run_without_train_done_in_one_line(tmp_path):
 @pytest.mark.parametrize(
     ("script", "env", "trained"),
     [
-        ("fast_certification.sh", {"STAGE": "headline"}, "train/mnist_lenet_s050"),
-        ("fast_certification.sh", {"STAGE": "samples"}, "train/mnist_lenet_s050"),
-        ("sequential_certification.sh", {"STAGE": "certify"}, "train/mnist_lenet_s025"),
-        ("noise_comparison.sh", {"STAGE": "certify"}, "train/gaussian"),
-        ("ars_clutter.sh", {"STAGE": "certify", "RUNS": "ars"}, "ars/train"),
-        ("ars_clutter.sh", {"STAGE": "masks"}, "ars/train"),
-        ("mnist_comparison.sh", {"STAGE": "soft", "SIGMAS": "025"}, "train/gaussian_s025"),
+        ("fast_certification/fast_certification.sh", {"STAGE": "headline"}, "train/mnist_lenet_s050"),
+        ("fast_certification/fast_certification.sh", {"STAGE": "samples"}, "train/mnist_lenet_s050"),
+        ("sequential/sequential_certification.sh", {"STAGE": "certify"}, "train/mnist_lenet_s025"),
+        ("noises/noise_comparison.sh", {"STAGE": "certify"}, "train/gaussian"),
+        ("ars_clutter/ars_clutter.sh", {"STAGE": "certify", "RUNS": "ars"}, "ars/train"),
+        ("ars_clutter/ars_clutter.sh", {"STAGE": "masks"}, "ars/train"),
+        ("mnist_structured/mnist_comparison.sh", {"STAGE": "soft", "SIGMAS": "025"}, "train/gaussian_s025"),
     ],  # fmt: skip
 )
 def test_a_last_checkpoint_without_train_done_is_never_certified(tmp_path, script, env, trained):
@@ -131,7 +137,7 @@ def test_a_last_checkpoint_without_train_done_is_never_certified(tmp_path, scrip
     assert f"has not finished training ({folder.parent}/train.done is missing)" in logs
 
 
-HELPERS = REPO / "scripts" / "evidence.sh"
+HELPERS = REPO / "scripts" / "run_steps.sh"
 
 
 def run_helpers(tmp_path: Path, body: str, **env: str) -> tuple[subprocess.CompletedProcess, list]:
@@ -183,9 +189,9 @@ def test_dry_run_prints_commands_and_runs_nothing(tmp_path):
 
 
 def test_the_reproduction_report_is_built_from_archived_rows_at_sigma_one(tmp_path):
-    """scripts/mnist_reproduction.sh STAGE=report for the sigma = 1.0 pair. Catches: the published
-    comparison's `--sigma 0.${s#0}`, which read the runs' "100" as sigma = 0.100; reports built from rows
-    outside the repository (they could not be rebuilt)."""
+    """evidence/mnist_reproduction/mnist_reproduction.sh STAGE=report for the sigma = 1.0 pair. Catches: the
+    published comparison's `--sigma 0.${s#0}`, which read the runs' "100" as sigma = 0.100; reports built from
+    rows outside the repository (they could not be rebuilt)."""
     runs = ("cohen_mnist_sigma100", "consistency_mnist_sigma100")
     for exp in runs:
         folder = tmp_path / "out" / exp / "certify_n100000"
@@ -193,7 +199,7 @@ def test_the_reproduction_report_is_built_from_archived_rows_at_sigma_one(tmp_pa
         for name in ("certify.tsv", "settings.json", "summary.json"):
             (folder / name).write_text(exp)
     env = {"STAGE": "report", "RUNS": " ".join(runs), "SIGMAS": "100", "BUDGETS": "100000"}
-    result, calls = run_script(tmp_path, "mnist_reproduction.sh", **env)
+    result, calls = run_script(tmp_path, "mnist_reproduction/mnist_reproduction.sh", **env)
     assert result.returncode == 0, result.stderr
     folder = tmp_path / "reports" / "sigma100_n100000"
     archived = [str(folder / "runs" / method) for method in ("cohen", "consistency")]
@@ -215,13 +221,13 @@ def test_certify_run_takes_another_checkpoint_file_of_the_run(tmp_path):
 
 
 def test_fast_certification_archives_every_run_it_certifies(tmp_path):
-    """scripts/fast_certification.sh STAGE=compare and STAGE=headline: the rows of each of
+    """evidence/fast_certification/fast_certification.sh STAGE=compare and STAGE=headline: the rows of each of
     its five certifications go to $ARCHIVE/<model>/<run>, from which its tables are built. Catches a run
     certified but not archived (its table could not be rebuilt from the repository)."""
     (tmp_path / "out" / "train" / "mnist_lenet_s050" / "checkpoints").mkdir(parents=True)
     (tmp_path / "out" / "train" / "mnist_lenet_s050" / "train.done").write_text("")
     for stage in ("compare", "headline"):
-        result, calls = run_script(tmp_path, "fast_certification.sh", STAGE=stage)  # calls: both stages'
+        result, calls = run_script(tmp_path, FAST, STAGE=stage)  # calls: both stages'
         assert result.returncode == 0, result.stderr
     certified = [call for call in calls if call[0] == "certify.py"]
     runs = sorted(p.relative_to(tmp_path / "archive") for p in (tmp_path / "archive").glob("*/*"))
@@ -231,7 +237,7 @@ def test_fast_certification_archives_every_run_it_certifies(tmp_path):
 
 
 def test_the_ars_clutter_report_is_built_from_archived_rows(tmp_path):
-    """scripts/ars_clutter.sh STAGE=report: each run's rows go to $ARCHIVE/<run> and the
+    """evidence/ars_clutter/ars_clutter.sh STAGE=report: each run's rows go to $ARCHIVE/<run> and the
     report and the paired CIs read them there, so tests/test_archived_evidence.py can rebuild both from the
     repository. Catches a report built from the rows outside the repository (it used to be)."""
     runs = ("ars", "ars_static", "ars_vanilla")
@@ -242,7 +248,7 @@ def test_the_ars_clutter_report_is_built_from_archived_rows(tmp_path):
             (folder / name).write_text(run)
         (tmp_path / "out" / run / "train").mkdir()
         (tmp_path / "out" / run / "train" / "train.done").write_text("")  # the masks need finished trainings
-    result, calls = run_script(tmp_path, "ars_clutter.sh", STAGE="report")
+    result, calls = run_script(tmp_path, "ars_clutter/ars_clutter.sh", STAGE="report")
     assert result.returncode == 0, result.stderr
     archive = tmp_path / "archive"
     assert [(archive / run / "certify.tsv").read_text() for run in runs] == list(runs)
@@ -259,14 +265,15 @@ def test_the_ars_clutter_report_is_built_from_archived_rows(tmp_path):
 
 
 def test_denoised_smoothing_stops_on_a_failed_background_training_and_reports_from_archived_rows(tmp_path):
-    """scripts/denoised_smoothing.sh: a failed training in a background chain (the denoisers, the Gaussian
-    run or the DDPM) fails the script before any certification, and STAGE=report archives every run's rows
-    (clean, the three DnCNN stages, Gaussian, the DDPM) under $REPORT and builds the report and paired CIs
-    from there. Catches a chain whose failure went unnoticed and a run left out of the archived evidence."""
+    """evidence/denoised_smoothing/denoised_smoothing.sh: a failed training in a background chain (the
+    denoisers, the Gaussian run or the DDPM) fails the script before any certification, and STAGE=report
+    archives every run's rows (clean, the three DnCNN stages, Gaussian, the DDPM) under $REPORT and builds the
+    report and paired CIs from there. Catches a chain whose failure went unnoticed and a run left out of the
+    archived evidence."""
     clean = tmp_path / "out" / "train" / "clean"
     clean.mkdir(parents=True)
     (clean / "train.done").write_text("")
-    result, calls = run_script(tmp_path, "denoised_smoothing.sh", TRAIN_STATUS="1", SIGMAS="0.25")
+    result, calls = run_script(tmp_path, DENOISED, TRAIN_STATUS="1", SIGMAS="0.25")
     assert result.returncode != 0 and "error: a background job failed" in result.stderr, result.stderr
     assert calls and all(call[0] == "train.py" for call in calls), calls
     assert {"method=diffusion", "method=gaussian"} <= {a for call in calls for a in call}  # both chains ran
@@ -279,9 +286,7 @@ def test_denoised_smoothing_stops_on_a_failed_background_training_and_reports_fr
             (folder / name).write_text(run)
     report = tmp_path / "report"
     (tmp_path / "record.jsonl").unlink()  # the calls of this run only
-    result, calls = run_script(
-        tmp_path, "denoised_smoothing.sh", STAGE="report", SIGMAS="0.25", REPORT=str(report)
-    )
+    result, calls = run_script(tmp_path, DENOISED, STAGE="report", SIGMAS="0.25", REPORT=str(report))
     assert result.returncode == 0, result.stderr
     assert [(report / "s025" / "runs" / run / "certify.tsv").read_text() for run in runs] == list(runs)
     assert calls[0][:2] == ["-m", "rs_lightning.cli.report"]

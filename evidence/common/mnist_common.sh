@@ -1,8 +1,9 @@
-# Shared settings and helpers of the MNIST evidence scripts (sourced by mnist_comparison.sh and
-# acr_gaming_comparison.sh, so both use one schedule and one certification protocol).
+# Shared settings and helpers of the MNIST evidence scripts (sourced by evidence/mnist_structured's
+# mnist_comparison.sh and acr_gaming_comparison.sh, so both use one schedule and one certification protocol,
+# and by evidence/denoised_smoothing/denoised_smoothing.sh for the same schedule).
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-source scripts/evidence.sh
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+source scripts/run_steps.sh
 PY=${PY:-.venv/bin/python}
 DATA=${RS_SHARED_DATA:-$(cd .. && pwd)/shared/data}/mnist.npz
 OUT=${OUT:-outputs/mnist_comparison}
@@ -30,7 +31,7 @@ selected() {  # selected NAME: true unless ONLY (a space-separated list of run n
   [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]
 }
 
-train() {  # train NAME OVERRIDES...: train_run (scripts/evidence.sh) into $OUT/train/NAME; the wall-clock of a
+train() {  # train NAME OVERRIDES...: train_run (scripts/run_steps.sh) into $OUT/train/NAME; the wall-clock of a
   # run that trained is appended to $TIMES
   local base=$1 name=$1$SUFFIX; shift
   selected "$base" || selected "$name" || return 0
