@@ -1,12 +1,12 @@
 """A new noise is one class: a file in rs_lightning/smoothing/noises/ (docs/layout.md).
 
 The test copies the package, the configs and the two entry points into a temporary folder and adds exactly
-one file there: a noise of the Gaussian law whose draws are negated (so they differ from the Gaussian noise's)
-and whose certificate is half Cohen's L2 radius (sound: half a certified radius is certified). It trains one
-epoch with ``noise=`` that name and certifies the checkpoint. Catches a noise list someone must remember to
-extend (train.py or the checkpoint loader refuses the name), and a path that ignores the class: certification
-drawing the built-in Gaussian noise (the counts would equal a ``noise=gaussian`` run's on every input) or
-stating Cohen's radius instead of the class's.
+one file there, the class docs/layout.md shows: a noise of the Gaussian law whose draws are negated (so they
+differ from the Gaussian noise's) and whose certificate is half Cohen's L2 radius (sound: half a certified
+radius is certified). It trains one epoch with ``noise=`` that name and certifies the checkpoint. Catches a
+noise list someone must remember to extend (train.py or the checkpoint loader refuses the name), and a path
+that ignores the class: certification drawing the built-in Gaussian noise (the counts would equal a
+``noise=gaussian`` run's on every input) or stating Cohen's radius instead of the class's.
 """
 
 from __future__ import annotations
@@ -22,28 +22,12 @@ from scipy.stats import norm
 
 from rs_lightning.runs import read_results
 
-NOISE = '''"""Mirrored: Gaussian draws negated, certified at half Cohen's L2 radius (an example)."""
 
-import numpy as np
-import torch
-from scipy.stats import norm
-
-from rs_lightning.smoothing.noises.base import Noise
-
-
-class Mirrored(Noise):
-    name = "mirrored"
-    norms = ("l2",)
-
-    def sample(self, shape, generator, device, dtype=torch.float32, out=None):
-        return torch.randn(shape, generator=generator, device=device, dtype=dtype, out=out).neg_()
-
-    def radius(self, p, lam, norm_, dim):
-        return 0.5 * lam * norm.ppf(p)
-
-    def threshold(self, r, lam, norm_, dim):
-        return norm.cdf(2 * np.asarray(r) / lam)
-'''
+def documented_noise() -> str:
+    """The class docs/layout.md shows ("A new noise is one class"): the test runs the documented code."""
+    text = (REPO / "docs" / "layout.md").read_text()
+    section = text[text.index("### A new noise is one class") :]
+    return section[section.index("```python\n") + len("```python\n") : section.index("```\n", 10)]
 
 
 def test_a_noise_is_one_class(tmp_path):
@@ -53,7 +37,7 @@ def test_a_noise_is_one_class(tmp_path):
         shutil.copytree(REPO / folder, repo / folder, ignore=ignore)
     for script in ("train.py", "certify.py"):
         shutil.copy(REPO / script, repo / script)
-    (repo / "rs_lightning" / "smoothing" / "noises" / "mirrored.py").write_text(NOISE)
+    (repo / "rs_lightning" / "smoothing" / "noises" / "mirrored.py").write_text(documented_noise())
 
     def run(script: str, *overrides: str) -> None:
         command = [sys.executable, script, *overrides]
