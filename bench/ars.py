@@ -31,17 +31,25 @@ DEFAULT_OUT = ROOT / "bench" / "results" / "ars_cost.json"
 SETTINGS = {
     "cifar_resnet110_k32": dict(
         shape=(3, 32, 32), width=32, net=lambda s: CIFARResNet(depth=110, input_shape=s, num_classes=10)
-    ),  # fmt: skip
+    ),
     "lenet_cluttered_mnist_k56": dict(
         shape=(1, 56, 56), width=8, net=lambda s: LeNet(input_shape=s, num_classes=10)
-    ),  # fmt: skip
+    ),
 }
 
 
 def time_samples(model, x: torch.Tensor, samples: int, batch: int) -> float:
     start = time.perf_counter()
-    sample_counts(model, x, [0], phase=Phase.ESTIMATION, num_samples=samples, sigma=0.5, num_classes=10,
-                  batch_size=batch)  # fmt: skip
+    sample_counts(
+        model,
+        x,
+        [0],
+        phase=Phase.ESTIMATION,
+        num_samples=samples,
+        sigma=0.5,
+        num_classes=10,
+        batch_size=batch,
+    )
     return time.perf_counter() - start
 
 
@@ -52,8 +60,9 @@ def bench_setting(name: str, samples: int, batch: int, repeats: int) -> dict:
     classifier = build_classifier(config["net"](shape), None, None).eval()
     models = {"vanilla": classifier}
     for mode in ("ars", "static"):
-        models[mode] = AdaptiveSmoothing(classifier, sigma=0.5, input_shape=shape, mode=mode,
-                                         mask=build_mask(mode, shape, config["width"])).eval()  # fmt: skip
+        models[mode] = AdaptiveSmoothing(
+            classifier, sigma=0.5, input_shape=shape, mode=mode, mask=build_mask(mode, shape, config["width"])
+        ).eval()
     spec = CertificationSpec(sigma=0.5, batch_size=batch)
     prepared = {k: prepare(m, spec) for k, m in models.items()}
     x = torch.rand(1, *shape)
@@ -100,8 +109,10 @@ def main(argv=None) -> dict:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     for r in results:
-        print(f"{r['setting']}: ARS / vanilla = {r['ars_over_vanilla']:.2f}x, static / vanilla = "
-              f"{r['static_over_vanilla']:.2f}x (paper, A100: 2.2x)")  # fmt: skip
+        print(
+            f"{r['setting']}: ARS / vanilla = {r['ars_over_vanilla']:.2f}x, static / vanilla = "
+            f"{r['static_over_vanilla']:.2f}x (paper, A100: 2.2x)"
+        )
     return out
 
 

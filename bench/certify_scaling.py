@@ -63,8 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        train = ["train.py", "optim.max_epochs=3", "~callbacks.certification", "logger=none",
-                 "trainer.enable_progress_bar=false", f"hydra.run.dir={tmp}/train"]  # fmt: skip
+        train = [
+            "train.py",
+            "optim.max_epochs=3",
+            "~callbacks.certification",
+            "logger=none",
+            "trainer.enable_progress_bar=false",
+            f"hydra.run.dir={tmp}/train",
+        ]
         run(train, 2)
         checkpoint = f"{tmp}/train/checkpoints/last.ckpt"
         skip = max(1, 360 // args.inputs)
@@ -74,9 +80,15 @@ def main(argv: list[str] | None = None) -> int:
             for name, (threads, extra) in SETTINGS.items():  # interleaved: load changes hit all alike
                 out = f"{tmp}/certify_{repeat}_{len(times[name])}_{threads}_{len(extra)}"
                 certify = [
-                    "certify.py", f"checkpoint={checkpoint}", f"n={args.n}", f"skip={skip}",
-                    f"max={skip * args.inputs}", f"output_dir={out}", f"hydra.run.dir={out}/h", *extra,
-                ]  # fmt: skip
+                    "certify.py",
+                    f"checkpoint={checkpoint}",
+                    f"n={args.n}",
+                    f"skip={skip}",
+                    f"max={skip * args.inputs}",
+                    f"output_dir={out}",
+                    f"hydra.run.dir={out}/h",
+                    *extra,
+                ]
                 times[name].append(run(certify, threads))
                 rates[name].append(rate(out))
                 print(
@@ -96,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             "n0": 100,
             "repeats": args.repeats,
             "model": "digits CNN (make demo's), 3 epochs",
-        },  # fmt: skip
+        },
         "wall_seconds": times,
         "median_wall_seconds": median,
         "samples_per_s_per_process": rates,

@@ -53,8 +53,16 @@ PRECISIONS = ("32", "bf16")
 
 def time_samples(model, x: torch.Tensor, samples: int, batch: int) -> float:
     start = time.perf_counter()
-    sample_counts(model, x, [0], phase=Phase.ESTIMATION, num_samples=samples, sigma=0.25, num_classes=10,
-                  batch_size=batch)  # fmt: skip
+    sample_counts(
+        model,
+        x,
+        [0],
+        phase=Phase.ESTIMATION,
+        num_samples=samples,
+        sigma=0.25,
+        num_classes=10,
+        batch_size=batch,
+    )
     return time.perf_counter() - start
 
 
@@ -68,8 +76,9 @@ def bench_setting(name: str, denoisers: list[str], samples: int, batch: int, rep
         models[key] = DenoisedClassifier(DENOISERS[key](shape).eval(), classifier).eval()
     prepared = {
         (key, p): prepare(m, CertificationSpec(sigma=0.25, batch_size=batch, precision=p))
-        for key, m in models.items() for p in PRECISIONS
-    }  # fmt: skip
+        for key, m in models.items()
+        for p in PRECISIONS
+    }
     x = torch.rand(1, *shape)
     for model in prepared.values():  # warm-up
         time_samples(model, x, batch, batch)
@@ -84,8 +93,14 @@ def bench_setting(name: str, denoisers: list[str], samples: int, batch: int, rep
             "draws_per_s": {key: samples / median[(key, p)] for key in models},
             "over_f": {key: median[(key, p)] / median[("f", p)] for key in denoisers},
         }
-    return {"setting": name, "input_shape": list(shape), "samples": samples, "batch_size": batch,
-            "repeats": repeats, "precision": rows}  # fmt: skip
+    return {
+        "setting": name,
+        "input_shape": list(shape),
+        "samples": samples,
+        "batch_size": batch,
+        "repeats": repeats,
+        "precision": rows,
+    }
 
 
 def main(argv=None) -> dict:
@@ -100,8 +115,18 @@ def main(argv=None) -> dict:
     samples, batch, repeats = (64, 32, 1) if args.quick else (1000, 250, 3)
     results = [bench_setting(name, args.denoisers, samples, batch, repeats) for name in args.settings]
     cpu = Path("/proc/cpuinfo")
-    model_name = next((line.split(":", 1)[1].strip() for line in cpu.read_text().splitlines()
-                       if line.startswith("model name")), None) if cpu.exists() else None  # fmt: skip
+    model_name = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in cpu.read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            None,
+        )
+        if cpu.exists()
+        else None
+    )
     out = {
         "benchmark": "denoised_cost",
         "date": dt.datetime.now().isoformat(timespec="seconds"),

@@ -245,9 +245,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--profile", action="store_true", help="profile the engine (always if below target)")
     parser.add_argument(
-        "--competing-job", action="store_true",
+        "--competing-job",
+        action="store_true",
         help="measure beside a competing process (one thread of fp32 matrix products): a shared machine",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     with competing_job() if args.competing_job else contextlib.nullcontext():
         return _main(args, parser)

@@ -85,9 +85,12 @@ def bench_model(model: str, sigma: float, dim: int, grid, repeats: int, limit: i
     out = {}
     for name, settings in SETTINGS.items():
         spec = CertificationSpec(
-            sigma=sigma, n=100_000, alpha=0.001, sampling="sequential",
+            sigma=sigma,
+            n=100_000,
+            alpha=0.001,
+            sampling="sequential",
             sampler=Sequential(radii=grid, **settings),
-        ).resolved(dim)  # fmt: skip
+        ).resolved(dim)
         runs = [simulate(p, correct, spec, dim, seed) for seed in range(repeats)]
         keys = ("mean_samples", "mean_n", "mean_floor", "mean_true_floor")
         mean = {k: float(np.mean([r[k] for r in runs])) for k in keys}

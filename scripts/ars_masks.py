@@ -38,26 +38,33 @@ def mask_figure(pipeline: AdaptiveSmoothing, dataset, indices: list[int], seed: 
     s1, s2_base = query_sigmas(pipeline.sigma, pipeline.first_query_budget_frac)
     for row, idx in zip(axes, indices, strict=True):
         x, label = dataset[idx]
-        noise = standard_noise_block(seed, idx, int(Phase.ESTIMATION), 0, 1, (pipeline.noise_draws, *shape),
-                                      device=torch.device("cpu"))  # fmt: skip
+        noise = standard_noise_block(
+            seed, idx, int(Phase.ESTIMATION), 0, 1, (pipeline.noise_draws, *shape), device=torch.device("cpu")
+        )
         with torch.no_grad():
             x_hat, w = pipeline.queries(x[None], noise)
         w = w.detach()  # static: a view of the mask parameter, which keeps requires_grad even under no_grad
         m1 = x[None] + s1 * noise[:, 0] if pipeline.mode == "ars" else x[None]
         ars = pipeline.mode == "ars"
         s2 = float(step2_sigma(w, s2_base, pipeline.channels, pipeline.dim)) if ars else None
-        panels = [(x, f"idx {idx} (label {label})"), (m1[0], "first query m₁" if pipeline.mode == "ars" else
-                  "(no first query)"), (w[0], f"mask w (mean {float(w.mean()):.2f})"),
-                  (x_hat[0], "x̂" + (f" (σ₂ = {s2:.3f})" if s2 is not None else ""))]  # fmt: skip
-        lines.append(f"idx {idx} label {label}: mask mean {float(w.mean()):.4f}"
-                     + (f", sigma2 {s2:.4f}" if s2 is not None else ""))  # fmt: skip
+        panels = [
+            (x, f"idx {idx} (label {label})"),
+            (m1[0], "first query m₁" if pipeline.mode == "ars" else "(no first query)"),
+            (w[0], f"mask w (mean {float(w.mean()):.2f})"),
+            (x_hat[0], "x̂" + (f" (σ₂ = {s2:.3f})" if s2 is not None else "")),
+        ]
+        lines.append(
+            f"idx {idx} label {label}: mask mean {float(w.mean()):.4f}"
+            + (f", sigma2 {s2:.4f}" if s2 is not None else "")
+        )
         for ax, (image, title) in zip(row, panels, strict=True):
             array = image.clamp(0, 1).permute(1, 2, 0).squeeze(-1).numpy()
             ax.imshow(array, cmap="gray" if array.ndim == 2 else None, vmin=0, vmax=1)
             ax.set_title(title, fontsize=8)
             ax.axis("off")
-    fig.suptitle(f"ARS ({pipeline.mode}), σ = {pipeline.sigma:g}, f = {pipeline.first_query_budget_frac:g}",
-                 fontsize=9)  # fmt: skip
+    fig.suptitle(
+        f"ARS ({pipeline.mode}), σ = {pipeline.sigma:g}, f = {pipeline.first_query_budget_frac:g}", fontsize=9
+    )
     fig.tight_layout()
     return fig, lines
 

@@ -55,8 +55,16 @@ def sample_agreement(
         x = dataset[index][0]
         seen = {name: 0 for name in settings}
         for block, rows in enumerate(block_sizes(samples)):
-            noise = standard_noise_block(0, index, int(Phase.ESTIMATION), block, rows, tuple(x.shape),
-                                          device=torch.device("cpu"), generator=generator)  # fmt: skip
+            noise = standard_noise_block(
+                0,
+                index,
+                int(Phase.ESTIMATION),
+                block,
+                rows,
+                tuple(x.shape),
+                device=torch.device("cpu"),
+                generator=generator,
+            )
             noisy = noise.mul_(sigma).add_(x)
             for start in range(0, rows, batch):
                 part = noisy[start : start + batch]

@@ -58,9 +58,13 @@ def run_script(
     """Run an entry point (``train.py``, ``certify.py``, ``-m rs_lightning.cli.report``) as a user does."""
     command = [sys.executable, *(script.split() if script.startswith("-m ") else [str(REPO / script)])]
     return subprocess.run(
-        [*command, *overrides], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        [*command, *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess, *needles: str) -> str:

@@ -64,11 +64,20 @@ def write_run_folder(
             label, abstain = int(labels[j]), lower[j] < 0.5
             predict = -1 if abstain else (label + 1) % 10 if j in wrong else label
             row = {
-                "idx": i, "label": label, "predict": predict,
+                "idx": i,
+                "label": label,
+                "predict": predict,
                 "radius": cert.radius(lower[j], sigma, dim),
-                "correct": int(predict == label), "time": 0.01, "nA": n_a[j], "n": n,
-                "pA_lower": lower[j], "pA_hat": n_a[j] / n, "n0": n0, "nA0": n0, "samples": n0 + n,
-            }  # fmt: skip
+                "correct": int(predict == label),
+                "time": 0.01,
+                "nA": n_a[j],
+                "n": n,
+                "pA_lower": lower[j],
+                "pA_hat": n_a[j] / n,
+                "n0": n0,
+                "nA0": n0,
+                "samples": n0 + n,
+            }
             writer.write(row | {k: v[j] for k, v in given.items()})
     if settings is not None:
         (folder / "settings.json").write_text(json.dumps(settings))

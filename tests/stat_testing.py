@@ -62,9 +62,16 @@ def prob_bound_exceeds(
 
 
 def certify_failure_probability(
-    margins, sigma, n0, n, alpha, bound: Callable = cp_lower, cdf: Callable = norm.cdf, draw_scale=None,
+    margins,
+    sigma,
+    n0,
+    n,
+    alpha,
+    bound: Callable = cp_lower,
+    cdf: Callable = norm.cdf,
+    draw_scale=None,
     threshold=None,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """Exact P(CERTIFY fails) per input of :class:`Halfspace` (Cohen's Alg. 1: independent n0 selection
     draws, n estimation draws; ``argmax`` breaks a tie towards class 0). A failure is a certified wrong
     class, or the true class with a radius above |margin| (⇔ bound > the p_A that radius needs: pA itself

@@ -84,7 +84,7 @@ def test_the_structured_paired_cis_rebuild_and_are_the_docs_tables(tmp_path):
                 ("0.5", "gaussian"),
                 ("0.5", "consistency"),
             ]
-        ],  # fmt: skip
+        ],
         "| ACR difference (95 % CI) |": [
             *[
                 [
@@ -95,7 +95,7 @@ def test_the_structured_paired_cis_rebuild_and_are_the_docs_tables(tmp_path):
             ],
             [cell("050", "smoothmix", o) for o in ("gaussian", "macer", "consistency")],
             [cell("025", "smoothmix", o) for o in ("gaussian", "macer", "consistency")],
-        ],  # fmt: skip
+        ],
         "| difference (95 % CI) |": [
             [cell(s, "catrs", "gaussian") for s in both],
             [cell(s, "catrs", "consistency") for s in both],
@@ -149,8 +149,15 @@ def test_the_published_schedule_reports_rebuild_from_their_rows(tmp_path, name):
         method = run.rsplit("/", 1)[1]
         args = ["--dataset", "mnist", "--method", method, "--sigma", str(int(sigma) / 100)]  # 025 -> 0.25
         out = tmp_path / method
-        done = run_script("-m rs_lightning.cli.report published", run, *args, "--allow-protocol-difference",
-                          "--out", str(out), timeout=600)  # fmt: skip
+        done = run_script(
+            "-m rs_lightning.cli.report published",
+            run,
+            *args,
+            "--allow-protocol-difference",
+            "--out",
+            str(out),
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         committed = RESULTS / "mnist_reproduction" / "published" / f"{method}_mnist_sigma{sigma}_{budget}"
         files = ["published.md", "published.csv"]
@@ -165,8 +172,16 @@ def sequential_models() -> list[str]:
 @pytest.mark.parametrize("model", sequential_models())
 def test_the_sequential_tables_rebuild_from_their_rows(tmp_path, model):
     """evidence/sequential/sequential_certification.sh's stage_tables, over the archived runs in its order."""
-    order = ["cohen", "iss_ad005", "sequential", "sequential_to_1.5", "levers", "levers_to_1.5", "cohen_fp32",
-             "sequential_bf16"]  # fmt: skip
+    order = [
+        "cohen",
+        "iss_ad005",
+        "sequential",
+        "sequential_to_1.5",
+        "levers",
+        "levers_to_1.5",
+        "cohen_fp32",
+        "sequential_bf16",
+    ]
     runs = [
         SEQUENTIAL / "runs" / model / name for name in order if (SEQUENTIAL / "runs" / model / name).is_dir()
     ]

@@ -56,8 +56,19 @@ def test_pip_install_resolves_against_an_installed_newer_torch(tmp_path):
     fake_distribution(newer, "torchvision", "0.99.0")
     report = tmp_path / "report.json"
     env = os.environ | {"PYTHONPATH": str(newer), "PIP_CONFIG_FILE": os.devnull}
-    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation",
-               "--quiet", "--report", str(report), str(project)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--no-index",
+        "--no-build-isolation",
+        "--quiet",
+        "--report",
+        str(report),
+        str(project),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     installs = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]

@@ -13,8 +13,16 @@ from run_folders import write_run_folder
 def write_run(folder: Path, radii, correct) -> Path:
     """Rows with the given radii, each correct or wrong (another class than its label 0), 90 of 100 draws."""
     wrong = [j for j, c in enumerate(correct) if not c]
-    return write_run_folder(folder, [90] * len(radii), n=100, n0=10, labels=[0] * len(radii), wrong=wrong,
-                            columns={"radius": radii, "time": [0.0] * len(radii)}, settings={})  # fmt: skip
+    return write_run_folder(
+        folder,
+        [90] * len(radii),
+        n=100,
+        n0=10,
+        labels=[0] * len(radii),
+        wrong=wrong,
+        columns={"radius": radii, "time": [0.0] * len(radii)},
+        settings={},
+    )
 
 
 AGREEMENT = REPO / "scripts" / "precision_agreement.py"
@@ -33,8 +41,17 @@ def test_precision_agreement_compares_runs_row_by_row(tmp_path):
 
 
 def test_precision_agreement_on_noisy_samples(trained_digits, capsys, tmp_path):
-    out = agreement("samples", str(trained_digits["checkpoint"]), "--inputs", "6", "--samples", "300",
-                    "--settings", "bf16", "fp32+cl")  # fmt: skip
+    out = agreement(
+        "samples",
+        str(trained_digits["checkpoint"]),
+        "--inputs",
+        "6",
+        "--samples",
+        "300",
+        "--settings",
+        "bf16",
+        "fp32+cl",
+    )
     assert out["inputs"] == 6 and out["samples_per_input"] == 300
     for name in ("bf16", "fp32+cl"):
         setting = out["settings"][name]
@@ -60,9 +77,15 @@ def write_rows(folder: Path, radii, samples, seconds, settings: dict) -> Path:
     """Rows of label 0 certified at the given radii (abstaining at radius 0), with the given draws and
     seconds per input, and settings.json {"n": 1000, "precision": "bf16", **settings}."""
     n_a = [900 if r > 0 else 0 for r in radii]  # abstains exactly where the radius is 0
-    return write_run_folder(folder, n_a, n=1000, n0=10, labels=[0] * len(radii),
-                            columns={"radius": radii, "samples": samples, "time": seconds},
-                            settings={"n": 1000, "precision": "bf16", **settings})  # fmt: skip
+    return write_run_folder(
+        folder,
+        n_a,
+        n=1000,
+        n0=10,
+        labels=[0] * len(radii),
+        columns={"radius": radii, "samples": samples, "time": seconds},
+        settings={"n": 1000, "precision": "bf16", **settings},
+    )
 
 
 def test_iss_comparison_reports_draws_time_and_decline(tmp_path, capsys):

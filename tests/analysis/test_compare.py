@@ -228,8 +228,16 @@ def test_the_reports_default_radii_fit_uniform_linf_radii(tmp_path):
     tenth of the largest certified radius instead (the bug: a table with the single column r = 0)."""
     from rs_lightning.analysis.compare import default_radii
 
-    run = load_run(write_run(tmp_path / "u", np.linspace(900, 1000, 10).astype(int), noise="uniform",
-                             norm="linf", sigma=0.5, dim=784))  # fmt: skip
+    run = load_run(
+        write_run(
+            tmp_path / "u",
+            np.linspace(900, 1000, 10).astype(int),
+            noise="uniform",
+            norm="linf",
+            sigma=0.5,
+            dim=784,
+        )
+    )
     top = float(run.rows["radius"].max())
     assert 0 < top < 1 / 255
     radii = default_radii([run])

@@ -27,10 +27,14 @@ COHEN = CertificationSpec(sigma=0.5, n0=100, n=N, alpha=0.001).resolved(2)
 def run_of(spec: CertificationSpec, n_a, n, n_a0, predict=None, name="run") -> Run:
     m = len(n)
     rows = {
-        "idx": np.arange(m) * 7, "predict": np.zeros(m, int) if predict is None else np.asarray(predict),
-        "correct": np.ones(m, int), "radius": np.zeros(m), "nA": np.asarray(n_a), "n": np.asarray(n),
+        "idx": np.arange(m) * 7,
+        "predict": np.zeros(m, int) if predict is None else np.asarray(predict),
+        "correct": np.ones(m, int),
+        "radius": np.zeros(m),
+        "nA": np.asarray(n_a),
+        "n": np.asarray(n),
         "nA0": np.asarray(n_a0),
-    }  # fmt: skip
+    }
     return Run(Path(name), rows, RunRecord(**spec.as_dict(), dim=2))
 
 

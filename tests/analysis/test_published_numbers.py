@@ -95,10 +95,13 @@ def test_sigma_spellings(text, sigma):
         (("imagenet", "cohen", "0.5"), r"^dataset='imagenet' is invalid: choose one of cifar10, mnist$"),
         (("cifar10", "gaussian", "0.5"), "^method='gaussian' is invalid: choose one of " + ALL_METHODS),
         (("cifar10", "cohen", "0.12"), r"^sigma='0.12' is invalid: choose one of 0.25, 0.5, 1.0$"),
-        (("mnist", "smoothmix", "0.5"), r"^method='smoothmix' has no published number for dataset=mnist "
-         r"sigma=0.5: choose one of cohen, smoothadv, macer, consistency, catrs$"),
+        (
+            ("mnist", "smoothmix", "0.5"),
+            r"^method='smoothmix' has no published number for dataset=mnist "
+            r"sigma=0.5: choose one of cohen, smoothadv, macer, consistency, catrs$",
+        ),
     ],
-)  # fmt: skip
+)
 def test_unknown_cells_name_the_value_and_the_choices(args, message):
     with pytest.raises(pn.UnknownCellError, match=message):
         pn.cell(*args)
@@ -134,8 +137,17 @@ def test_comparison_rows_give_differences_and_binomial_standard_errors():
 
 def test_protocol_differences_name_each_key():
     cell = pn.PUBLISHED["cifar10", "catrs", 0.5]
-    same = {"dataset": "cifar10", "sigma": 0.5, "n0": 100, "n": 100_000, "alpha": 0.001, "split": "test",
-            "mode": "certify", "sampling": "cohen", "precision": "32"}  # fmt: skip
+    same = {
+        "dataset": "cifar10",
+        "sigma": 0.5,
+        "n0": 100,
+        "n": 100_000,
+        "alpha": 0.001,
+        "split": "test",
+        "mode": "certify",
+        "sampling": "cohen",
+        "precision": "32",
+    }
     same["idx"] = list(range(10_000))
     assert pn.protocol_differences(cell, same) == {}
     other = same | {"n": 10_000, "sigma": 0.25, "precision": "bf16", "split": "train"}
@@ -173,8 +185,9 @@ def synthetic_run(
         "model": None,
     }
     all_n_a = np.append(n_a, np.zeros(images - n_a.size, dtype=int))
-    write_run_folder(folder, all_n_a, n=n, sigma=cell.sigma, alpha=0.001, labels=np.ones(images, dtype=int),
-                     record=record)  # fmt: skip
+    write_run_folder(
+        folder, all_n_a, n=n, sigma=cell.sigma, alpha=0.001, labels=np.ones(images, dtype=int), record=record
+    )
     return folder, float(np.sum(written)) / images
 
 
@@ -275,8 +288,12 @@ def test_report_published_refuses_a_real_digits_run(tmp_path, capsys):
     assert main([*args, "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    for part in ("dataset: ours digits, published cifar10", "n0: ours 10, published 100", "n: ours 1000",
-                 "inputs: ours 20 images (idx 0…19, contiguous)"):  # fmt: skip
+    for part in (
+        "dataset: ours digits, published cifar10",
+        "n0: ours 10, published 100",
+        "n: ours 1000",
+        "inputs: ours 20 images (idx 0…19, contiguous)",
+    ):
         assert part in err
     assert main([*args, "--out", str(tmp_path / "r"), "--allow-protocol-difference"]) == 0
     text = (tmp_path / "r" / "published.md").read_text()

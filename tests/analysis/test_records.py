@@ -34,9 +34,15 @@ def test_the_stored_form_is_the_settings_dict_with_a_format_tag():
     assert list(stored)[-1] == "format" and stored["format"] == RUN_FORMAT == 2
     every = dict.fromkeys(f.name for f in dataclasses.fields(RunRecord))
     assert stored == {**every, **spec.as_dict(), **extra, "format": 2}
-    assert stored["sampler"] == {"radii": None, "first_look": 256, "growth": 1.5, "beta": 0.05,
-                                 "alpha_spending": "selection", "abstain_after": None,
-                                 "futility": True}  # fmt: skip
+    assert stored["sampler"] == {
+        "radii": None,
+        "first_look": 256,
+        "growth": 1.5,
+        "beta": 0.05,
+        "alpha_spending": "selection",
+        "abstain_after": None,
+        "futility": True,
+    }
     assert RunRecord.from_dict(json.loads(json.dumps(stored))).spec == spec
     summary = RunSummary({"acr": 0.5, "num_inputs": 3}, {"seconds": 1.0}, record)
     assert list(summary.to_dict()) == ["acr", "num_inputs", "throughput", "settings", "format"]
@@ -106,8 +112,12 @@ def test_the_identity_and_fingerprint_are_those_of_the_stored_form(tmp_path, fol
     assert dataclasses.replace(record, seed=record.seed + 1).fingerprint() != record.fingerprint()
 
 
-FINGERPRINTED = [f for f in ARCHIVED if (f / "certify.tsv").is_file() and "protocol" in
-                 (f / "certify.tsv").read_text().partition("\n")[0].split("\t")]  # fmt: skip
+FINGERPRINTED = [
+    f
+    for f in ARCHIVED
+    if (f / "certify.tsv").is_file()
+    and "protocol" in (f / "certify.tsv").read_text().partition("\n")[0].split("\t")
+]
 
 
 @pytest.mark.parametrize("folder", FINGERPRINTED, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -122,9 +132,11 @@ def test_rows_written_before_format_2_keep_their_fingerprint(folder):
 
 @pytest.mark.parametrize(
     "sampler",
-    [("sequential", {"radii": [0.0, 0.25, 0.5], "first_look": 256, "growth": 1.5}),
-     ("iss", {"decline": "ad", "max_decline": 0.05, "k0": 10, "granularity": 2, "reuse_pilot": False})],
-)  # fmt: skip
+    [
+        ("sequential", {"radii": [0.0, 0.25, 0.5], "first_look": 256, "growth": 1.5}),
+        ("iss", {"decline": "ad", "max_decline": 0.05, "k0": 10, "granularity": 2, "reuse_pilot": False}),
+    ],
+)
 def test_a_format_1_record_keeps_the_fingerprint_format_1_gave_it(sampler):
     """Catches the same for the samplers with settings (the archived rows with a fingerprint are all Cohen's):
     format 1 hashed the identity with each sampler's settings under its name, ``iss`` and ``sequential``
@@ -134,10 +146,27 @@ def test_a_format_1_record_keeps_the_fingerprint_format_1_gave_it(sampler):
 
     sampling, settings = sampler
     n0 = 100 if sampling == "sequential" else None
-    old = {"sigma": 0.5, "n0": n0, "n": 1000, "alpha": 0.001, "seed": 0,
-           "split": "test", "noise_block": 256, "mode": "certify", "precision": "32", "sampling": sampling,
-           "iss": None, "sequential": None, "noise": "gaussian", "norm": "l2", "checkpoint_sha256": "ab" * 32,
-           "model": {"_target_": "m"}, "data": {"name": "d"}, "device": "cpu", "format": 1}  # fmt: skip
+    old = {
+        "sigma": 0.5,
+        "n0": n0,
+        "n": 1000,
+        "alpha": 0.001,
+        "seed": 0,
+        "split": "test",
+        "noise_block": 256,
+        "mode": "certify",
+        "precision": "32",
+        "sampling": sampling,
+        "iss": None,
+        "sequential": None,
+        "noise": "gaussian",
+        "norm": "l2",
+        "checkpoint_sha256": "ab" * 32,
+        "model": {"_target_": "m"},
+        "data": {"name": "d"},
+        "device": "cpu",
+        "format": 1,
+    }
     old[sampling] = settings
     identity = {k: v for k, v in old.items() if k != "format"}
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))

@@ -248,10 +248,14 @@ def test_the_fingerprint_covers_the_identity_a_resume_must_match():
     assert {r.fingerprint() for r in same} == {fingerprint}
     iss = {"sampling": "iss", "sampler": InputSpecific(max_decline=0.5, k0=40)}
     others = [
-        _record(spec={"seed": 7}), _record(spec={"precision": "bf16"}), _record(spec=iss),
-        _record(checkpoint_sha256="cd" * 32), _record(spec={"sigma": 0.5}), _record(device="cuda"),
+        _record(spec={"seed": 7}),
+        _record(spec={"precision": "bf16"}),
+        _record(spec=iss),
+        _record(checkpoint_sha256="cd" * 32),
+        _record(spec={"sigma": 0.5}),
+        _record(device="cuda"),
         _record(model={"_target_": "ResNet"}),
-    ]  # fmt: skip
+    ]
     assert len({r.fingerprint() for r in [record, *others]}) == len(others) + 1
 
 

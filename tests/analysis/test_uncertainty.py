@@ -59,8 +59,14 @@ def certify(p: np.ndarray, n: int, rng, n0: int = 100) -> Counts:
     certified = (n_a > 0) & (lower >= 0.5)
     radius = np.where(certified, SIGMA * norm.ppf(np.clip(lower, 0.5, 1.0)), 0.0)
     predict = np.where(certified, np.where(selected_true, 1, 0), -1)
-    rows = {"idx": np.arange(m), "nA": n_a, "n": np.full(m, n), "correct": (predict == 1).astype(int),
-            "predict": predict, "radius": radius}  # fmt: skip
+    rows = {
+        "idx": np.arange(m),
+        "nA": n_a,
+        "n": np.full(m, n),
+        "correct": (predict == 1).astype(int),
+        "predict": predict,
+        "radius": radius,
+    }
     return Counts.from_rows(rows)
 
 
@@ -143,8 +149,9 @@ def test_paired_verdicts_resolve_a_shift_and_rarely_invent_one():
     for _ in range(100):
         p = draw_pa(2000, rng)
         shifted = np.where(p < 1.0, np.clip(p - 0.03, 0, 1), 1.0)
-        result = paired_pa_curves(certify(p, 10_000, rng), certify(shifted, 10_000, rng), BETA, GRID,
-                                  resamples=400)  # fmt: skip
+        result = paired_pa_curves(
+            certify(p, 10_000, rng), certify(shifted, 10_000, rng), BETA, GRID, resamples=400
+        )
         resolved += result["verdict"] == "A>=B"
     assert resolved >= 80, resolved
     false = 0
@@ -161,8 +168,14 @@ def test_the_paired_bootstrap_matches_its_closed_form():
     resampling without replacement, a CI at the wrong level, or resampling the two runs independently)."""
     m, k = 400, 120
     radius_a = np.r_[np.ones(k), np.zeros(m - k)]
-    rows_a = {"idx": np.arange(m), "nA": np.full(m, 100), "n": np.full(m, 100), "correct": np.ones(m, int),
-              "predict": np.ones(m, int), "radius": radius_a}  # fmt: skip
+    rows_a = {
+        "idx": np.arange(m),
+        "nA": np.full(m, 100),
+        "n": np.full(m, 100),
+        "correct": np.ones(m, int),
+        "predict": np.ones(m, int),
+        "radius": radius_a,
+    }
     rows_b = rows_a | {"radius": np.zeros(m)}
     low, high = paired_acr_ci(Counts.from_rows(rows_a), Counts.from_rows(rows_b), BETA, names=("a", "b"))
     exact = binom.ppf([BETA / 2, 1 - BETA / 2], m, k / m) / m

@@ -20,10 +20,14 @@ def run(name: str, method: str, radius: np.ndarray, train_seed: int | None, sigm
     n = 10_000
     p = np.where(radius > 0, 0.5 + 0.5 * np.tanh(radius), 0.4)
     rows = {
-        "idx": np.arange(M), "label": np.ones(M, int), "predict": np.where(radius > 0, 1, -1),
-        "radius": radius, "correct": (radius > 0).astype(int), "nA": np.round(p * n).astype(int),
+        "idx": np.arange(M),
+        "label": np.ones(M, int),
+        "predict": np.where(radius > 0, 1, -1),
+        "radius": radius,
+        "correct": (radius > 0).astype(int),
+        "nA": np.round(p * n).astype(int),
         "n": np.full(M, n),
-    }  # fmt: skip
+    }
     settings = {
         "sigma": sigma,
         "alpha": 0.001,
@@ -73,8 +77,11 @@ def test_a_verdict_holds_only_if_every_seed_pairing_resolves_it():
 
 def test_intervals_do_not_depend_on_the_order_of_the_runs():
     """Catches one generator shared by all pairs (an endpoint then moves with the argument order)."""
-    runs = [run("x", "X", radii(0.1, 1), None), run("y", "Y", radii(0.0, 2), None),
-            run("z", "Z", radii(0.2, 3), None)]  # fmt: skip
+    runs = [
+        run("x", "X", radii(0.1, 1), None),
+        run("y", "Y", radii(0.0, 2), None),
+        run("z", "Z", radii(0.2, 3), None),
+    ]
     assign_labels(runs)
     forward = {(p["a"], p["b"]): p["acr_difference_ci"] for p in compare_entries(runs, [0, 1], resamples=300)}
     backward = {
@@ -113,9 +120,15 @@ def test_too_few_inputs_are_warned_by_the_input_part_of_the_band():
     warning a 2,000-input run whose inputs sit at p̂A = 1 ("certify more inputs" would not help)."""
 
     def at_one(name: str, m: int) -> Run:
-        rows = {"idx": np.arange(m), "label": np.ones(m, int), "predict": np.ones(m, int),
-                "radius": np.full(m, 1.6), "correct": np.ones(m, int), "nA": np.full(m, 10_000),
-                "n": np.full(m, 10_000)}  # fmt: skip
+        rows = {
+            "idx": np.arange(m),
+            "label": np.ones(m, int),
+            "predict": np.ones(m, int),
+            "radius": np.full(m, 1.6),
+            "correct": np.ones(m, int),
+            "nA": np.full(m, 10_000),
+            "n": np.full(m, 10_000),
+        }
         settings = RunRecord.from_dict({"sigma": 0.5, "alpha": 0.001, "n": 10_000, "n0": 100})
         return Run(path=Path(f"/runs/{name}"), rows=rows, settings=settings, method="A", label=name)
 

@@ -20,8 +20,18 @@ def test_quick_run_writes_draws_per_second_and_ratios(tmp_path):
     threads = torch.get_num_threads()
     try:
         out = tmp_path / "denoised_cost.json"
-        report = bench.main(["--quick", "--settings", "lenet_mnist", "--denoisers", "dncnn_10x32",
-                             "ddpm_one_step", "--out", str(out)])  # fmt: skip
+        report = bench.main(
+            [
+                "--quick",
+                "--settings",
+                "lenet_mnist",
+                "--denoisers",
+                "dncnn_10x32",
+                "ddpm_one_step",
+                "--out",
+                str(out),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     data = json.loads(out.read_text())

@@ -97,8 +97,15 @@ def test_rgb_inputs_divide_by_sqrt_of_c_h_w(tmp_path):
     path = tmp_path / "rgb.npz"
     images = rng.integers(0, 256, (14, 8, 8, 3), dtype=np.uint8)
     np.savez(path, x_train=images[:8], y_train=np.arange(8) % 2, x_test=images[8:], y_test=np.zeros(6, int))
-    common = ["checkpoint=null", "model=constant", "data=npz", f"data.path={path}", "sigma=0.25", "n0=10",
-              "n=500"]  # fmt: skip
+    common = [
+        "checkpoint=null",
+        "model=constant",
+        "data=npz",
+        f"data.path={path}",
+        "sigma=0.25",
+        "n0=10",
+        "n=500",
+    ]
     for name, extra in (("l2", []), ("linf", ["norm=linf"])):
         cfg = compose_config("certify", [*common, f"output_dir={tmp_path / name}", *extra])
         with open_dict(cfg):

@@ -36,9 +36,11 @@ def published_file(tmp_path, fmt: str):
     data = tmp_path / "cifar_like.npz"
     np.savez(
         data,
-        x_train=rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8), y_train=np.arange(20) % 10,
-        x_test=rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8), y_test=np.arange(6) % 10,
-    )  # fmt: skip
+        x_train=rng.integers(0, 256, (20, 32, 32, 3), dtype=np.uint8),
+        y_train=np.arange(20) % 10,
+        x_test=rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8),
+        y_test=np.arange(6) % 10,
+    )
     data_args = ["data=npz", f"data.path={data}", f"data.mean={MEAN}", f"data.std={STD}"]
     expected = net if fmt == "macer" else build_classifier(net, MEAN, STD)
     return path, expected, data_args

@@ -53,10 +53,18 @@ def test_concurrent_part_jobs_through_a_hydra_launcher(trained_digits, digits_re
     ref_dir, _ = digits_reference
     out = tmp_path / "run"
     args = [
-        sys.executable, str(REPO / "certify.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}", f"checkpoint={trained_digits['checkpoint']}",
-        f"output_dir={out}", "device=cpu", "shard=0/2,1/2", *SMALL,
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "certify.py"),
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"checkpoint={trained_digits['checkpoint']}",
+        f"output_dir={out}",
+        "device=cpu",
+        "shard=0/2,1/2",
+        *SMALL,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -94,8 +102,15 @@ def test_distributed_certification_bad_input(trained_digits, tmp_path, monkeypat
 def test_output_dir_alone_writes_no_second_folder(trained_digits, tmp_path):
     """Catches: `output_dir=X` still making Hydra write a run folder under ./outputs."""
     out = tmp_path / "run"
-    args = [sys.executable, str(REPO / "certify.py"), f"checkpoint={trained_digits['checkpoint']}",
-            f"output_dir={out}", "device=cpu", "n=100", "max=3"]  # fmt: skip
+    args = [
+        sys.executable,
+        str(REPO / "certify.py"),
+        f"checkpoint={trained_digits['checkpoint']}",
+        f"output_dir={out}",
+        "device=cpu",
+        "n=100",
+        "max=3",
+    ]
     done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (out / "certify.tsv").is_file() and (out / ".hydra").is_dir()

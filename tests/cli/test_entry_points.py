@@ -13,9 +13,12 @@ from rs_lightning.cli.train import train
 
 def run(script: str, *overrides: str, cwd=REPO, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REPO / script), *overrides], cwd=cwd, capture_output=True, text=True,
+        [sys.executable, str(REPO / script), *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
         timeout=timeout,
-    )  # fmt: skip
+    )
 
 
 def test_certify_cli_reports_user_errors_in_one_line(tmp_path):

@@ -137,10 +137,17 @@ def test_cli_prints_one_line_errors_for_bad_speed_options(tmp_path):
         (["sampling=iss", "iss.max_decline=-1"], "error: iss.max_decline=-1 is invalid"),
     ):
         done = subprocess.run(
-            [sys.executable, str(REPO / "certify.py"), f"checkpoint={tmp_path}/x.ckpt", *overrides,
-             f"hydra.run.dir={tmp_path}/out"],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(REPO / "certify.py"),
+                f"checkpoint={tmp_path}/x.ckpt",
+                *overrides,
+                f"hydra.run.dir={tmp_path}/out",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 2 and done.stderr.startswith(message) and done.stderr.count("\n") == 1
 
 
@@ -174,9 +181,11 @@ def test_callback_at_bf16_equals_certify_py_at_bf16(tmp_path):
 
     settings = ["num_inputs=12", "n=120", "batch_size=500", "precision=bf16", "channels_last=true"]
     result = train(
-        train_config(tmp_path / "train", ["optim.max_epochs=2", "logger=none"]
-                     + [f"callbacks.certification.{s}" for s in settings])
-    )  # fmt: skip
+        train_config(
+            tmp_path / "train",
+            ["optim.max_epochs=2", "logger=none"] + [f"callbacks.certification.{s}" for s in settings],
+        )
+    )
     callback = CertificationCallback(
         num_inputs=12, n=120, batch_size=500, precision="bf16", channels_last=True
     )
@@ -212,10 +221,16 @@ def test_radius_step_must_be_positive(tmp_path):
 
 def test_train_cli_reports_bad_callback_values_in_one_line(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "callbacks.certification.precision=fp8",
-         f"hydra.run.dir={tmp_path}"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "callbacks.certification.precision=fp8",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: callbacks.certification.precision='fp8'")
 
@@ -232,9 +247,15 @@ def test_sequential_run_records_its_grid_resumes_and_refuses_another(trained_dig
     summary = certify(certify_config(tmp_path / "a", ckpt, SEQUENTIAL))
     settings = json.loads((tmp_path / "a" / "settings.json").read_text())
     assert settings["sampling"] == "sequential" and settings["n0"] == 100
-    assert settings["sampler"] == {"radii": [0.0, 0.25, 0.5], "first_look": 256, "growth": 1.5, "beta": 0.05,
-                                   "alpha_spending": "selection", "abstain_after": None,
-                                   "futility": True}  # fmt: skip
+    assert settings["sampler"] == {
+        "radii": [0.0, 0.25, 0.5],
+        "first_look": 256,
+        "growth": 1.5,
+        "beta": 0.05,
+        "alpha_spending": "selection",
+        "abstain_after": None,
+        "futility": True,
+    }
     rows = read_results(tmp_path / "a" / "certify.tsv")
     assert summary["mean_n"] == pytest.approx(rows["n"].mean()) and rows["n"].mean() < 5000
     # the run reports its distance from the oracle floor (from its own rows)
@@ -316,8 +337,9 @@ def test_precision_auto_picks_the_fastest_records_it_and_a_resume_keeps_it(
     best = max(rates, key=rates.get)
     assert cli.label(record["precision"], record["channels_last"]) == best
     assert (summary["settings"]["precision"], summary["settings"]["channels_last"]) == (
-        record["precision"], record["channels_last"],
-    )  # fmt: skip
+        record["precision"],
+        record["channels_last"],
+    )
     explicit = [f"precision={record['precision']}", f"channels_last={str(record['channels_last']).lower()}"]
     certify(certify_config(tmp_path / "explicit", ckpt, [*auto[:2], *explicit]))
     assert without_time_rows(tmp_path / "auto") == without_time_rows(tmp_path / "explicit")

@@ -222,7 +222,7 @@ ARS = {
             "method.mask_optimizer.weight_decay": 1e-4,
             "method.mask_scheduler.step_size": 30,
             "method.mask_scheduler.gamma": 0.1,
-        },  # fmt: skip
+        },
         drops=[30, 60],
         required="classifier_checkpoint",
     )

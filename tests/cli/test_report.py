@@ -313,8 +313,23 @@ def _rows(folder, radii, correct, idx=None):
     idx = range(len(radii)) if idx is None else idx
     with ResultWriter(folder / "certify.tsv") as writer:
         for i, r, c in zip(idx, radii, correct, strict=True):
-            writer.write(dict(idx=i, label=0, predict=0 if c else 1, radius=r, correct=c, time=0.0, nA=90,
-                              n=100, pA_lower=0.8, pA_hat=0.9, n0=10, nA0=9, samples=110))  # fmt: skip
+            writer.write(
+                dict(
+                    idx=i,
+                    label=0,
+                    predict=0 if c else 1,
+                    radius=r,
+                    correct=c,
+                    time=0.0,
+                    nA=90,
+                    n=100,
+                    pA_lower=0.8,
+                    pA_hat=0.9,
+                    n0=10,
+                    nA0=9,
+                    samples=110,
+                )
+            )
     return folder
 
 

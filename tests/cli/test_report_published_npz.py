@@ -30,8 +30,12 @@ def npz_file(path: Path, image_shape: tuple[int, ...], num_classes: int = 10) ->
 
 def certified_run(folder: Path, data: dict) -> Path:
     """A certify.py-like folder of 4 inputs whose settings.json records ``data`` (a ``describe()``)."""
-    record = {"subset": {"skip": 1, "start": 0, "max": 4, "num_inputs": 4}, "data": data, "checkpoint": None,
-              "model": None}  # fmt: skip
+    record = {
+        "subset": {"skip": 1, "start": 0, "max": 4, "num_inputs": 4},
+        "data": data,
+        "checkpoint": None,
+        "model": None,
+    }
     n_a = [1000, 990, 700, 400]
     return write_run_folder(folder, n_a, n=N, sigma=SIGMA, alpha=ALPHA, labels=range(4), record=record)
 

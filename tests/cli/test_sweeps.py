@@ -17,10 +17,19 @@ def test_a_2x2_joblib_sweep_gives_4_runs_each_with_results_and_a_finished_wandb_
     launcher plugin missing from the dependencies."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true"}
     args = [
-        sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-        f"hydra.sweep.dir={tmp_path}", "sigma=0.25,0.5", "seed=0,1", "optim.max_epochs=1", "logger=wandb",
-        "~callbacks.certification", "trainer.enable_progress_bar=false",
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={tmp_path}",
+        "sigma=0.25,0.5",
+        "seed=0,1",
+        "optim.max_epochs=1",
+        "logger=wandb",
+        "~callbacks.certification",
+        "trainer.enable_progress_bar=false",
+    ]
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
@@ -77,10 +86,19 @@ def test_the_docs_loop_certifies_every_job_of_a_sweep_and_reports_them(tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     sweep = tmp_path / "multirun"
     args = [
-        sys.executable, str(REPO / "train.py"), "-m", f"hydra.sweep.dir={sweep}", "sigma=0.25,0.5", "seed=0",
-        "optim.max_epochs=1", "+trainer.limit_train_batches=2", "+trainer.limit_val_batches=1", "logger=none",
-        "~callbacks.certification", "trainer.enable_progress_bar=false",
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        f"hydra.sweep.dir={sweep}",
+        "sigma=0.25,0.5",
+        "seed=0",
+        "optim.max_epochs=1",
+        "+trainer.limit_train_batches=2",
+        "+trainer.limit_val_batches=1",
+        "logger=none",
+        "~callbacks.certification",
+        "trainer.enable_progress_bar=false",
+    ]
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())

@@ -236,8 +236,10 @@ def test_clutter_fragments_come_from_other_training_images(tmp_path):
 def test_a_source_without_uint8_arrays_digits():
     dm = CompositeDataModule(
         source={"target": "rs_lightning.data.digits.DigitsDataModule", "test_size": 20},
-        canvas=16, background="clutter", test_size=5,
-    )  # fmt: skip
+        canvas=16,
+        background="clutter",
+        test_size=5,
+    )
     dm.setup()
     assert dm.input_shape == (1, 16, 16) and dm.num_classes == 10 and len(dm.dataset("test")) == 5
     assert isinstance(dm.source, DigitsDataModule) and dm.describe()["fragment_size"] == 3

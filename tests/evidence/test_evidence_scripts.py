@@ -56,9 +56,14 @@ def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.Comp
     stand_in.write_text(STAND_IN.format(python=sys.executable))
     stand_in.chmod(0o755)
     environ = {k: v for k, v in os.environ.items() if k not in ENV}
-    environ |= {"PY": str(stand_in), "RECORD": str(record), "OUT": str(tmp_path / "out"),
-                "ARCHIVE": str(tmp_path / "archive"), "REPORTS": str(tmp_path / "reports"),
-                "TABLES": str(tmp_path / "tables")} | env  # fmt: skip
+    environ |= {
+        "PY": str(stand_in),
+        "RECORD": str(record),
+        "OUT": str(tmp_path / "out"),
+        "ARCHIVE": str(tmp_path / "archive"),
+        "REPORTS": str(tmp_path / "reports"),
+        "TABLES": str(tmp_path / "tables"),
+    } | env
     result = subprocess.run(
         ["bash", str(EVIDENCE / script)], capture_output=True, text=True, env=environ, timeout=120
     )
@@ -74,7 +79,7 @@ def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.Comp
         ("mnist_reproduction/mnist_reproduction.sh", {}),
         ("ars_clutter/ars_clutter.sh", {"STAGE": "all"}),
         ("ars_clutter/ars_clutter.sh", {"STAGE": "train"}),
-    ],  # fmt: skip
+    ],
 )
 def test_a_failed_background_training_fails_the_script_before_any_later_stage(tmp_path, script, env):
     """Catches: a bare `wait` (status 0) after the background jobs: a failed training went unnoticed, and
@@ -122,7 +127,7 @@ def test_certify_refuses_a_run_without_train_done_in_one_line(tmp_path):
         ("ars_clutter/ars_clutter.sh", {"STAGE": "certify", "RUNS": "ars"}, "ars/train"),
         ("ars_clutter/ars_clutter.sh", {"STAGE": "masks"}, "ars/train"),
         ("mnist_structured/mnist_comparison.sh", {"STAGE": "soft", "SIGMAS": "025"}, "train/gaussian_s025"),
-    ],  # fmt: skip
+    ],
 )
 def test_a_last_checkpoint_without_train_done_is_never_certified(tmp_path, script, env, trained):
     """Catches: a script treating an existing last.ckpt as a finished training (fast_certification.sh did:
@@ -166,9 +171,14 @@ def test_finished_trainings_and_certifications_are_skipped_and_rows_archived(tmp
     assert result.returncode == 0, result.stderr
     assert calls == [
         ["train.py", "x=1", f"hydra.run.dir={out}/t", "ckpt_path=last"],
-        ["certify.py", f"checkpoint={out}/t/checkpoints/last.ckpt", "n=10", f"output_dir={out}/c",
-         f"hydra.run.dir={out}/c"],
-    ]  # fmt: skip
+        [
+            "certify.py",
+            f"checkpoint={out}/t/checkpoints/last.ckpt",
+            "n=10",
+            f"output_dir={out}/c",
+            f"hydra.run.dir={out}/c",
+        ],
+    ]
     assert (out / "t" / "train.done").is_file()
     assert sorted(os.listdir(tmp_path / "archive" / "c")) == ["certify.tsv", "settings.json", "summary.json"]
     (tmp_path / "record.jsonl").unlink()
@@ -184,8 +194,9 @@ def test_dry_run_prints_commands_and_runs_nothing(tmp_path):
     assert result.returncode == 0 and calls == [] and not out.exists(), result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("+ ")]
     assert lines[0].endswith(f"train.py a=b\\ c hydra.run.dir={out}/t ckpt_path=last")
-    assert lines[1].endswith(f"certify.py checkpoint={out}/t/checkpoints/last.ckpt output_dir={out}/c "
-                             f"hydra.run.dir={out}/c")  # fmt: skip
+    assert lines[1].endswith(
+        f"certify.py checkpoint={out}/t/checkpoints/last.ckpt output_dir={out}/c hydra.run.dir={out}/c"
+    )
 
 
 def test_the_reproduction_report_is_built_from_archived_rows_at_sigma_one(tmp_path):
@@ -216,8 +227,15 @@ def test_certify_run_takes_another_checkpoint_file_of_the_run(tmp_path):
     (out / "a" / "train.done").write_text("")
     result, calls = run_helpers(tmp_path, f"certify_run {out}/a {out}/c n=10", CHECKPOINT="epoch089.ckpt")
     assert result.returncode == 0, result.stderr
-    assert calls == [["certify.py", f"checkpoint={out}/a/checkpoints/epoch089.ckpt", "n=10",
-                      f"output_dir={out}/c", f"hydra.run.dir={out}/c"]]  # fmt: skip
+    assert calls == [
+        [
+            "certify.py",
+            f"checkpoint={out}/a/checkpoints/epoch089.ckpt",
+            "n=10",
+            f"output_dir={out}/c",
+            f"hydra.run.dir={out}/c",
+        ]
+    ]
 
 
 def test_fast_certification_archives_every_run_it_certifies(tmp_path):

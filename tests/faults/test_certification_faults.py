@@ -79,16 +79,21 @@ def test_a_live_rank_keeps_every_other_run_out(trained_digits, tmp_path):
     """Catches: a run (single, part, distributed, merge) that checks only the launcher's lock, so a resume
     starts while ranks of the killed run still write."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             sys.path.insert(0, {str(REPO)!r})
             from rs_lightning.runs import hold_rank_lock
             lock = hold_rank_lock({str(tmp_path)!r})
             print("held", flush=True)
             time.sleep(120)
-        """)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         refused = "in use by ranks of a distributed certify.py"
@@ -114,13 +119,23 @@ def test_kill_9_of_the_launcher_then_resume_at_once(trained_digits, digits_refer
     launcher mid-run, resume at once. The resume is refused while a rank lives, or runs clean; the folder
     never ends with overlapping parts and its rows equal an uninterrupted run's."""
     ref_dir, _ = digits_reference
-    args = [sys.executable, str(REPO / "certify.py"), f"checkpoint={trained_digits['checkpoint']}",
-            f"output_dir={tmp_path}", "batch_size=20", *SMALL[:2], *trainer]  # fmt: skip
+    args = [
+        sys.executable,
+        str(REPO / "certify.py"),
+        f"checkpoint={trained_digits['checkpoint']}",
+        f"output_dir={tmp_path}",
+        "batch_size=20",
+        *SMALL[:2],
+        *trainer,
+    ]
     job = subprocess.Popen(
-        args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        args,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     deadline = time.time() + 300
     while sum(p.read_text().count("\n") for p in tmp_path.glob("certify.shard-*.tsv")) < 8:
         assert time.time() < deadline and job.poll() is None
@@ -241,9 +256,13 @@ def test_copied_rows_of_another_protocol_without_settings_are_refused(
         "certify.py", f"checkpoint={checkpoint}", f"output_dir={folder}", "device=cpu", *SMALL, change
     )
     assert_one_line_error(
-        done, "output_dir=", "certify.tsv holds rows of another protocol", fingerprint_of(ref_dir),
-        "and no settings.json", "Choose another output_dir",
-    )  # fmt: skip
+        done,
+        "output_dir=",
+        "certify.tsv holds rows of another protocol",
+        fingerprint_of(ref_dir),
+        "and no settings.json",
+        "Choose another output_dir",
+    )
     assert (folder / "certify.tsv").read_text() == before and not (folder / "settings.json").exists()
 
 
@@ -394,8 +413,15 @@ def test_kill_9_mid_run_then_resume_on_two_ranks(trained_digits, digits_referenc
     import time
 
     ref_dir, _ = digits_reference
-    args = [sys.executable, str(REPO / "certify.py"), f"checkpoint={trained_digits['checkpoint']}",
-            f"output_dir={tmp_path}", "device=cpu", "batch_size=20", *SMALL[:2]]  # fmt: skip
+    args = [
+        sys.executable,
+        str(REPO / "certify.py"),
+        f"checkpoint={trained_digits['checkpoint']}",
+        f"output_dir={tmp_path}",
+        "device=cpu",
+        "batch_size=20",
+        *SMALL[:2],
+    ]
     job = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     table, deadline = tmp_path / "certify.tsv", time.time() + 240
     while not (table.exists() and table.read_text().count("\n") >= 6):

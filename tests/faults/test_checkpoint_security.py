@@ -69,12 +69,15 @@ def _exploit(victim: Path, created: Path) -> dict:
         "allowed_prefixes": "",
         "config": [
             ["_target_", "hydra.utils.instantiate"],
-            ["config", [
-                {"_target_": "pathlib.Path.touch", "self": str(created)},
-                {"_target_": "builtins.open", "file": str(victim), "mode": "w"},
-            ]],
+            [
+                "config",
+                [
+                    {"_target_": "pathlib.Path.touch", "self": str(created)},
+                    {"_target_": "builtins.open", "file": str(victim), "mode": "w"},
+                ],
+            ],
         ],
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture
@@ -116,13 +119,21 @@ def test_the_exploit_in_the_data_config_and_the_composite_source_runs_nothing(
 @pytest.mark.parametrize(
     "target",
     [
-        "os.system", "builtins.eval", "builtins.open", "__builtins__.exec", "rs_lightning_evil.models.X",
+        "os.system",
+        "builtins.eval",
+        "builtins.open",
+        "__builtins__.exec",
+        "rs_lightning_evil.models.X",
         "rs_lightning.models.LeNet",  # a name of the class, but not the registered one
         "rs_lightning.models.lenet.F.relu",  # an attribute reachable from a registered module
-        "rs_lightning.models.lenet.LeNet.__init__", "rs_lightning.models.checkpoint.torch.load",
-        "rs_lightning.models.checkpoint.safe_instantiate", "hydra.utils.instantiate", None, 3,
+        "rs_lightning.models.lenet.LeNet.__init__",
+        "rs_lightning.models.checkpoint.torch.load",
+        "rs_lightning.models.checkpoint.safe_instantiate",
+        "hydra.utils.instantiate",
+        None,
+        3,
     ],
-)  # fmt: skip
+)
 def test_only_registered_classes_are_built(trained_digits, tmp_path, target):
     path = _tampered(trained_digits, tmp_path, lambda c: c["rs_lightning"]["model"].update(_target_=target))
     with pytest.raises(CheckpointError, match="not a registered model") as raised:
@@ -378,9 +389,12 @@ def test_certify_checks_the_data_before_building_the_model(trained_digits, tmp_p
     rng = np.random.default_rng(0)
     data = tmp_path / "three.npz"
     np.savez(
-        data, x_train=rng.integers(0, 256, (6, 8, 8), dtype=np.uint8), y_train=np.arange(6) % 3,
-        x_test=rng.integers(0, 256, (3, 8, 8), dtype=np.uint8), y_test=np.arange(3),
-    )  # fmt: skip
+        data,
+        x_train=rng.integers(0, 256, (6, 8, 8), dtype=np.uint8),
+        y_train=np.arange(6) % 3,
+        x_test=rng.integers(0, 256, (3, 8, 8), dtype=np.uint8),
+        y_test=np.arange(3),
+    )
 
     def never(*args, **kwargs):
         raise AssertionError("the model was built before the data was checked")

@@ -55,8 +55,11 @@ def test_a_quoted_run_dir_is_checked_as_hydra_reads_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exit_if_run_dir_unwritable(['hydra.run.dir="runs/a b"', "hydra.sweep.dir='sweeps/c'"])
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
-        "runs", "runs/a b", "sweeps", "sweeps/c"
-    ]  # fmt: skip
+        "runs",
+        "runs/a b",
+        "sweeps",
+        "sweeps/c",
+    ]
 
 
 def test_certify_cli_with_unwritable_output_dir_alone():
@@ -333,11 +336,14 @@ def _training_checkpoint(**extra) -> dict:
         "loops": {"fit_loop": {}},
         "epoch": 3,
         CHECKPOINT_KEY: {
-            "format": 1, "model": {"_target_": "rs_lightning.models.LeNet"}, "input_shape": [1, 28, 28],
-            "num_classes": 10, "sigma": 0.25,
+            "format": 1,
+            "model": {"_target_": "rs_lightning.models.LeNet"},
+            "input_shape": [1, 28, 28],
+            "num_classes": 10,
+            "sigma": 0.25,
         },
         **extra,
-    }  # fmt: skip
+    }
 
 
 def test_resume_checkpoint_is_loaded_safely_and_checked(tmp_path, capsys):
@@ -598,8 +604,11 @@ def test_hydra_errors_of_a_sweep_are_found_and_good_sweeps_pass(capsys):
     for good in (
         ["-m", "hydra/launcher=joblib", "sigma=0.25,0.5", "seed=range(0,50)", "~callbacks.certification"],
         ["-m", "method=gaussian,macer", "experiment=cohen_mnist_sigma025"],
-        ["experiment=cohen_mnist_sigma025"], ["--cfg", "job"], ["--help"], ["-m", "sigma=interval(0,1)"],
-    ):  # fmt: skip
+        ["experiment=cohen_mnist_sigma025"],
+        ["--cfg", "job"],
+        ["--help"],
+        ["-m", "sigma=interval(0,1)"],
+    ):
         exit_if_config_invalid(good, conf, "train")
     assert capsys.readouterr().err == ""
     with pytest.raises(SystemExit) as exited:

@@ -22,8 +22,13 @@ from rs_testing import REPO, certify_config
 from rs_lightning.cli.certify import certify
 from rs_lightning.loggers import trained_batches
 
-TRAIN = ["~callbacks.certification", "logger=csv", "trainer.enable_progress_bar=false", "data.batch_size=8",
-         "optim.max_epochs=3"]  # fmt: skip
+TRAIN = [
+    "~callbacks.certification",
+    "logger=csv",
+    "trainer.enable_progress_bar=false",
+    "data.batch_size=8",
+    "optim.max_epochs=3",
+]
 CERTIFY = ["n=1000", "skip=4", "batch_size=500", "device=cpu"]  # 90 digits, about 5 s in one process
 DIRTY = ("Traceback", "leaked semaphore", "Terminating process")
 
@@ -37,9 +42,14 @@ def start(script: str, log: Path, *args: str) -> subprocess.Popen:
     """``script`` in a process group of its own (so the test can signal the group), output in ``log``."""
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, str(REPO / script), *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_terminal_sigint, env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )  # fmt: skip
+            [sys.executable, str(REPO / script), *args],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_terminal_sigint,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
 
 
 def wait_until(done, job: subprocess.Popen, log: Path, timeout: float = 300) -> None:
@@ -102,8 +112,14 @@ def test_a_signal_stops_every_ddp_rank_at_one_step_and_the_resume_is_exact(
     assert assert_clean(log).count("wrote ") == 1
     stopped_at = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
     assert 90 <= stopped_at < 270
-    resumed = start("train.py", tmp_path / "resumed.log", f"hydra.run.dir={run}", "trainer=ddp_sim", *TRAIN,
-                    "ckpt_path=last")  # fmt: skip
+    resumed = start(
+        "train.py",
+        tmp_path / "resumed.log",
+        f"hydra.run.dir={run}",
+        "trainer=ddp_sim",
+        *TRAIN,
+        "ckpt_path=last",
+    )
     assert resumed.wait(timeout=600) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
     assert loop_state(run) == straight_ddp_training
 
@@ -158,15 +174,20 @@ def interrupt_and_resume(checkpoint, out: Path, target: str, signum: int, *extra
     command = shlex.split(stopped[0].split("resume with: ", 1)[1])
     assert command[:2] == ["python", "certify.py"] and f"output_dir={out}" in command
     resumed = subprocess.run(
-        [sys.executable, str(REPO / "certify.py"), *command[2:]], cwd=REPO, capture_output=True, text=True,
-        timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+        [sys.executable, str(REPO / "certify.py"), *command[2:]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     return stopped[0]
 
 
-def test_ctrl_c_of_certify_prints_one_line_with_the_resume_command(trained_digits, straight_certification,
-                                                                  tmp_path):  # fmt: skip
+def test_ctrl_c_of_certify_prints_one_line_with_the_resume_command(
+    trained_digits, straight_certification, tmp_path
+):
     """Catches: Ctrl-C of certify.py ending in a 30-line KeyboardInterrupt traceback (from the writer's
     flush), exit status 1, and no word on how to go on; and a resume that loses or repeats a row."""
     line = interrupt_and_resume(trained_digits["checkpoint"], tmp_path / "out", "process", signal.SIGINT)

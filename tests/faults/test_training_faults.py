@@ -127,9 +127,16 @@ def test_ckpt_path_hpc_is_checked_like_every_other_resume(tmp_path, gaussian_che
     protocol): Lightning resolved 'hpc' itself, past the check that 'last' and paths got."""
     shutil.copy(gaussian_checkpoint, tmp_path / "hpc_ckpt_1.ckpt")
     done = run_script(
-        "train.py", "optim.max_epochs=4", "sigma=0.5", "method=macer", f"hydra.run.dir={tmp_path}",
-        "ckpt_path=hpc", "data.batch_size=256", *QUIET, timeout=300,
-    )  # fmt: skip
+        "train.py",
+        "optim.max_epochs=4",
+        "sigma=0.5",
+        "method=macer",
+        f"hydra.run.dir={tmp_path}",
+        "ckpt_path=hpc",
+        "data.batch_size=256",
+        *QUIET,
+        timeout=300,
+    )
     assert_one_line_error(done, "hpc_ckpt_1.ckpt", "method._target_: checkpoint", "GaussianAugmentation")
     assert not (tmp_path / "checkpoints").exists()
     common = [f"trainer.default_root_dir={tmp_path}", "data.batch_size=256", *QUIET]
@@ -169,8 +176,18 @@ def test_the_file_lightning_loads_is_checked_again(tmp_path, gaussian_checkpoint
 
     monkeypatch.setattr(cli_train, "check_resume_matches", lambda *args, **kwargs: None)
     with pytest.raises(ConfigError, match=r"sigma: checkpoint 0.25, now 0.5"):
-        train(train_config(tmp_path, ["optim.max_epochs=2", "sigma=0.5", f"ckpt_path={gaussian_checkpoint}",
-                                      "data.batch_size=256", *QUIET]))  # fmt: skip
+        train(
+            train_config(
+                tmp_path,
+                [
+                    "optim.max_epochs=2",
+                    "sigma=0.5",
+                    f"ckpt_path={gaussian_checkpoint}",
+                    "data.batch_size=256",
+                    *QUIET,
+                ],
+            )
+        )
     assert not (tmp_path / "checkpoints").exists()
 
 
@@ -281,9 +298,14 @@ def test_a_dead_run_exits_non_zero_with_one_line(tmp_path):
     """The issue's case: a learning rate that blows the loss up in most steps. train.py stops at the end of
     epoch 0 with one line naming the skipped share, status 2, and no checkpoint from the dead epoch."""
     done = run_script(
-        "train.py", "on_nonfinite_loss=skip", "optim.optimizer.lr=1000", "optim.max_epochs=3",
-        f"hydra.run.dir={tmp_path}", "~callbacks.certification", "trainer.enable_progress_bar=false",
-    )  # fmt: skip
+        "train.py",
+        "on_nonfinite_loss=skip",
+        "optim.optimizer.lr=1000",
+        "optim.max_epochs=3",
+        f"hydra.run.dir={tmp_path}",
+        "~callbacks.certification",
+        "trainer.enable_progress_bar=false",
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     line = done.stderr.strip().splitlines()[-1]  # after Lightning's own start-up lines
     assert line.startswith("error: epoch 0 (method GaussianAugmentation, sigma 0.25) skipped ")
@@ -371,9 +393,15 @@ def test_wandb_resume_keeps_the_run_id_and_the_csv_log(tmp_path, monkeypatch):
 def _train_cli(run_dir, *overrides) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = [
-        sys.executable, str(REPO / "train.py"), f"hydra.run.dir={run_dir}", "~callbacks.certification",
-        "logger=csv", "trainer.enable_progress_bar=false", "data.batch_size=8", *overrides,
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "train.py"),
+        f"hydra.run.dir={run_dir}",
+        "~callbacks.certification",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        "data.batch_size=8",
+        *overrides,
+    ]
     with open(f"{run_dir}.log", "a") as log:  # a file, not a pipe: a full pipe would block the run
         return subprocess.Popen(
             args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True, preexec_fn=_reset_sigint
@@ -593,8 +621,14 @@ def test_wandb_gets_the_full_resolved_config_and_the_configured_project(tmp_path
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     logged = []
     monkeypatch.setattr(WandbLogger, "log_hyperparams", lambda self, params: logged.append((self, params)))
-    overrides = ["optim.max_epochs=1", "~callbacks.certification", "logger=wandb", "logger.wandb.name=t",
-                 "logger.wandb.group=g1", "logger.wandb.tags=[a,b]"]  # fmt: skip
+    overrides = [
+        "optim.max_epochs=1",
+        "~callbacks.certification",
+        "logger=wandb",
+        "logger.wandb.name=t",
+        "logger.wandb.group=g1",
+        "logger.wandb.tags=[a,b]",
+    ]
     cfg = train_config(tmp_path, overrides)
     train(cfg)
     (logger, params), *_ = logged
@@ -625,10 +659,16 @@ def test_a_dead_run_under_ddp_sim_stops_every_rank_with_one_line(tmp_path):
     """Both ranks sum their counts (skipped steps, non-finite validation logits) and take one decision; the
     launcher prints one line, status 2 (was: status 1 and two tracebacks)."""
     done = run_script(
-        "train.py", "trainer=ddp_sim", "on_nonfinite_loss=skip", "optim.optimizer.lr=1000",
-        "optim.max_epochs=2", f"hydra.run.dir={tmp_path}", "~callbacks.certification",
-        "trainer.enable_progress_bar=false", timeout=600,
-    )  # fmt: skip
+        "train.py",
+        "trainer=ddp_sim",
+        "on_nonfinite_loss=skip",
+        "optim.optimizer.lr=1000",
+        "optim.max_epochs=2",
+        f"hydra.run.dir={tmp_path}",
+        "~callbacks.certification",
+        "trainer.enable_progress_bar=false",
+        timeout=600,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("error: ") and "epoch 0" in line and "the run has diverged" in line

@@ -82,9 +82,15 @@ class Recording(ACRGaming):
 def _fit(method, data, epochs):
     data.train_with_index = method.needs_sample_index
     trainer = pl.Trainer(
-        max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu",
-    )  # fmt: skip
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        accelerator="cpu",
+    )
     trainer.fit(method, datamodule=data)
     return trainer
 
@@ -155,8 +161,15 @@ def test_resume_restores_the_pool_and_weights_without_re_estimating(tmp_path):
     first = _method(Recording, ds_epoch=1, reweight=True)
     data = ToyData(levels, batch_size=8)
     data.train_with_index = True
-    kwargs = dict(logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                  limit_val_batches=0, accelerator="cpu", default_root_dir=tmp_path)  # fmt: skip
+    kwargs = dict(
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+    )
     pl.Trainer(max_epochs=2, **kwargs).fit(first, datamodule=data)
     second = _method(Recording, ds_epoch=1, reweight=True)
     curation = second.curation  # the data curation estimates p_hat
@@ -289,9 +302,15 @@ def test_lightning_hook_order_for_changes_in_on_train_epoch_start(change_at, wor
     data.train_sampler = sampler = ResamplingSampler(16, seed=0)
     module = PlainIndexRecorder(sampler, change_at)
     trainer = pl.Trainer(
-        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu",
-    )  # fmt: skip
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        accelerator="cpu",
+    )
     trainer.fit(module, datamodule=data)
     assert set(module.seen[1]) <= {0, 1}
     first_epoch_follows = set(module.seen[0]) <= {0, 1}
@@ -355,8 +374,16 @@ class AtEpoch(ACRGaming):
 def test_training_loss_is_ce_on_the_sphere_attacked_copies_from_the_attack_epoch():
     m, steps, eta = 3, 3, 0.4
     model = _linear()
-    method = _method(AtEpoch, model=model, num_noise_vec=m, sphere_attack=True, attack_steps=steps,
-                     attack_step_size=eta, ds_epoch=5, attack_epoch=2)  # fmt: skip
+    method = _method(
+        AtEpoch,
+        model=model,
+        num_noise_vec=m,
+        sphere_attack=True,
+        attack_steps=steps,
+        attack_step_size=eta,
+        ds_epoch=5,
+        attack_epoch=2,
+    )
     x, y, _ = _batch(model, 4, wrong=1)
     noise = SIGMA * torch.randn(4 * m, 1, 8, 8, generator=torch.Generator().manual_seed(7))
     copies = noise.view(4, m, 1, 8, 8).transpose(0, 1)  # the method's (m, B, ...) view of the draws
@@ -366,8 +393,12 @@ def test_training_loss_is_ce_on_the_sphere_attacked_copies_from_the_attack_epoch
     plain = F.cross_entropy(model(x_rep + noise), y_rep)
     torch.testing.assert_close(method.training_loss(x, y), plain)
     method.epoch = 2
-    adv = torch.stack([_expected_sphere_noise(model, x_rep[r], y_rep[r], noise[r], steps, eta, m) for r in
-                       range(len(x_rep))])  # fmt: skip
+    adv = torch.stack(
+        [
+            _expected_sphere_noise(model, x_rep[r], y_rep[r], noise[r], steps, eta, m)
+            for r in range(len(x_rep))
+        ]
+    )
     loss = method.training_loss(x, y)
     torch.testing.assert_close(loss, F.cross_entropy(model(x_rep + adv), y_rep), atol=1e-6, rtol=1e-5)
     assert loss > plain
@@ -496,7 +527,7 @@ def test_two_epoch_digits_run_discards_after_epoch_one_and_logs(tmp_path):
                 "logger=tensorboard",
                 "callbacks=none",
             ],
-        )  # fmt: skip
+        )
     )
     metrics = result["metrics"]
     kept, dropped = metrics["train/kept_inputs"], metrics["train/discarded_inputs"]
@@ -537,10 +568,17 @@ def test_ddp_ranks_estimate_their_share_and_keep_the_same_pool(tmp_path):
     data = ToyData(levels, batch_size=4)
     data.train_with_index = True
     trainer = pl.Trainer(
-        max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, accelerator="cpu",
-        devices=2, strategy="ddp_spawn",
-    )  # fmt: skip
+        max_epochs=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+    )
     trainer.fit(method, datamodule=data)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert set(ranks[0]["subset"]) == set(ranks[1]["subset"]) == right

@@ -51,11 +51,18 @@ def tiny16(tmp_path):
 
 def overrides(data, method, *extra):
     return [
-        f"method={method}", "data=npz", f"data.path={data}", "model=lenet", "optim.max_epochs=1",
-        "optim.batch_size=16", "trainer.limit_train_batches=2", "callbacks.certification.num_inputs=4",
-        "callbacks.certification.n=16", *(["method.mask_width=4"] if method.startswith("ars") else []),
+        f"method={method}",
+        "data=npz",
+        f"data.path={data}",
+        "model=lenet",
+        "optim.max_epochs=1",
+        "optim.batch_size=16",
+        "trainer.limit_train_batches=2",
+        "callbacks.certification.num_inputs=4",
+        "callbacks.certification.n=16",
+        *(["method.mask_width=4"] if method.startswith("ars") else []),
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize("method", ["ars", "ars_static"])
@@ -99,8 +106,9 @@ class BNClassifier(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
-                                 nn.Linear(4 * 14 * 14, 3))  # fmt: skip
+        self.net = nn.Sequential(
+            nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 14 * 14, 3)
+        )
 
     def forward(self, x):
         return self.net(x)
@@ -110,18 +118,28 @@ def make_method(mode="ars", classifier=None, train_classifier=True, mask_lr=1e-2
     torch.manual_seed(0)
     classifier = classifier or build_classifier(LeNet(input_shape=SHAPE, num_classes=3), None, None)
     return AdaptiveRS(
-        mode=mode, mask_width=4, input_shape=SHAPE, model=classifier, sigma=sigma,
+        mode=mode,
+        mask_width=4,
+        input_shape=SHAPE,
+        model=classifier,
+        sigma=sigma,
         optimizer=functools.partial(torch.optim.SGD, lr=0.05),
         mask_optimizer=functools.partial(torch.optim.SGD, lr=mask_lr),
-        train_classifier=train_classifier, **kwargs,
-    )  # fmt: skip
+        train_classifier=train_classifier,
+        **kwargs,
+    )
 
 
 def fit(method, data, epochs=1, batches=3):
     trainer = pl.Trainer(
-        max_epochs=epochs, limit_train_batches=batches, limit_val_batches=0, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
+        max_epochs=epochs,
+        limit_train_batches=batches,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(method, datamodule=data)
     return trainer
 
@@ -175,13 +193,16 @@ def test_each_optimizer_follows_its_own_schedule(tiny16):
 
     torch.manual_seed(0)
     method = Recording(
-        mode="ars", mask_width=4, input_shape=SHAPE, sigma=0.25,
+        mode="ars",
+        mask_width=4,
+        input_shape=SHAPE,
+        sigma=0.25,
         model=build_classifier(LeNet(input_shape=SHAPE, num_classes=3), None, None),
         optimizer=functools.partial(torch.optim.SGD, lr=0.05),
         scheduler=functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.1),
         mask_optimizer=functools.partial(torch.optim.SGD, lr=0.01),
         mask_scheduler=functools.partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5),
-    )  # fmt: skip
+    )
     fit(method, NpzDataModule(path=str(tiny16), batch_size=16), epochs=3, batches=1)
     assert np.allclose(method.seen, [[0.05, 0.01], [0.005, 0.005], [0.0005, 0.0025]], rtol=1e-9)
 

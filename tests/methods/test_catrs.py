@@ -332,9 +332,15 @@ def test_config_runs_fast_dev_run_with_soft_labels_and_logs_its_scalars(tmp_path
     path, _ = _soft_file(tmp_path, rows=1437)
     cfg = train_config(
         tmp_path,
-        ["method=catrs", f"method.soft_labels={path}", "method.confidence_mask=true", "debug=fast_dev_run",
-         "~callbacks.certification", "logger=none"],
-    )  # fmt: skip
+        [
+            "method=catrs",
+            f"method.soft_labels={path}",
+            "method.confidence_mask=true",
+            "debug=fast_dev_run",
+            "~callbacks.certification",
+            "logger=none",
+        ],
+    )
     assert cfg.method.num_noise_vec == 4 and cfg.method.epsilon == 1.0 and cfg.method.num_steps == 4
     metrics = train(cfg)["metrics"]
     assert {"train/catrs_high_fraction", "train/catrs_low", "train/catrs_high"} <= set(metrics)
@@ -353,10 +359,18 @@ def test_config_runs_fast_dev_run_without_soft_labels_only_when_allowed(tmp_path
 
 def test_catrs_entry_point_refuses_without_soft_labels_in_one_line(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "method=catrs", "debug=fast_dev_run", "logger=none",
-         f"hydra.run.dir={tmp_path}/run"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "method=catrs",
+            "debug=fast_dev_run",
+            "logger=none",
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(lines) == 1 and "method.allow_onehot=true" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "run" / "checkpoints").exists()
@@ -410,16 +424,26 @@ def test_soft_labels_cli_writes_rows_summing_to_one_and_refuses_to_overwrite(tin
     assert np.array_equal(np.load(output), p)  # same seed -> same file, whatever the batch size
     assert sorted(f.name for f in tmp_path.iterdir()) == ["p.npy"]  # no temporary file left behind
     # the file plugs into training: shape [N_train, K] of digits
-    method = _method(model=build_classifier(DigitsCNN(input_shape=SHAPE, num_classes=10), None, None),
-                     soft_labels=str(output))  # fmt: skip
+    method = _method(
+        model=build_classifier(DigitsCNN(input_shape=SHAPE, num_classes=10), None, None),
+        soft_labels=str(output),
+    )
     method.attach_soft_labels(1437, 10)
 
 
 def test_soft_labels_entry_point_reports_user_errors_in_one_line(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(REPO / "soft_labels.py"), f"checkpoint={tmp_path}/missing.ckpt",
-         f"output={tmp_path}/p.npy", f"hydra.run.dir={tmp_path}/run"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "soft_labels.py"),
+            f"checkpoint={tmp_path}/missing.ckpt",
+            f"output={tmp_path}/p.npy",
+            f"hydra.run.dir={tmp_path}/run",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and done.stderr.strip().startswith("error: checkpoint=")
     assert "Traceback" not in done.stderr

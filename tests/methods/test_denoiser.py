@@ -70,9 +70,14 @@ def test_the_second_stage_starts_from_the_mse_denoiser_and_certifies_with_every_
     checkpoint certify.py cannot rebuild f∘D from, a sampler that bypasses D, and a run record that does
     not name the denoiser."""
     stage = denoiser_run(
-        tmp_path, "stability", trained_digits["checkpoint"], "optim.max_epochs=1",
-        "method.objective=stability", f"method.denoiser_checkpoint={mse_run}", "optim.optimizer.lr=1e-5",
-    )  # fmt: skip
+        tmp_path,
+        "stability",
+        trained_digits["checkpoint"],
+        "optim.max_epochs=1",
+        "method.objective=stability",
+        f"method.denoiser_checkpoint={mse_run}",
+        "optim.optimizer.lr=1e-5",
+    )
     first, second = load_classifier(mse_run)[0].denoiser, load_classifier(stage)[0].denoiser
     for a, b in zip(first.parameters(), second.parameters(), strict=True):
         assert (a - b).abs().max() < 1e-3  # from the MSE D; a fresh DnCNN's last layer is all zeros
@@ -100,9 +105,13 @@ def test_the_objectives_target_the_clean_prediction_or_the_label():
     denoiser = {"_target_": "rs_lightning.models.denoisers.DnCNN", "depth": 3, "channels": 4}
     for objective in ("mse", "stability", "classification"):
         method = DenoiserTraining(
-            model=f, sigma=0.25, optimizer=functools.partial(torch.optim.Adam), denoiser=denoiser,
-            objective=objective, input_shape=(1, 8, 8),
-        )  # fmt: skip
+            model=f,
+            sigma=0.25,
+            optimizer=functools.partial(torch.optim.Adam),
+            denoiser=denoiser,
+            objective=objective,
+            input_shape=(1, 8, 8),
+        )
         torch.nn.init.normal_(method.denoiser.dncnn[-1].weight, std=0.1)  # D is not the identity
         state = method.noise_generator.get_state()
         loss = method.training_loss(x, y)
@@ -165,10 +174,15 @@ def test_a_unet_denoiser_trains_and_loads(trained_digits, tmp_path):
     overrides = ["~method.denoiser.depth", "~method.denoiser.channels", *unet, "optim.max_epochs=1"]
     path = train(
         train_config(
-            tmp_path, [*DENOISER[:3], *QUIET, f"method.classifier_checkpoint={trained_digits['checkpoint']}",
-                       *overrides],
+            tmp_path,
+            [
+                *DENOISER[:3],
+                *QUIET,
+                f"method.classifier_checkpoint={trained_digits['checkpoint']}",
+                *overrides,
+            ],
         )
-    )["checkpoint"]  # fmt: skip
+    )["checkpoint"]
     model, meta = load_classifier(path)
     assert type(model.denoiser).__name__ == "DenoiserUNet" and meta.denoiser["model"]["width"] == 4
 

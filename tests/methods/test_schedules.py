@@ -108,9 +108,14 @@ def our_lrs(optimizer_factory, scheduler_cfg: dict, offset: int) -> list[float]:
     )
     record = RecordLR()
     trainer = pl.Trainer(
-        max_epochs=EPOCHS, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[record], accelerator="cpu",
-    )  # fmt: skip
+        max_epochs=EPOCHS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[record],
+        accelerator="cpu",
+    )
     trainer.fit(method, train_dataloaders=DataLoader(data, batch_size=8))
     return record.lrs
 
@@ -138,9 +143,17 @@ def test_the_offset_is_what_the_cli_passes_to_the_method(tmp_path):
     """train.py hands optim.scheduler_epoch_offset to the method: with the legacy timing (1) a 3-epoch run
     with StepLR(1) steps its scheduler twice (after epochs 1 and 2): lr x0.01 at the end (modern: x0.001)."""
     cfg = train_config(
-        tmp_path, ["experiment=cohen_mnist_sigma025", "data=digits", "model=digits_cnn", "logger=none",
-                   "optim.max_epochs=3", "optim.scheduler.step_size=1", "~callbacks.certification"],
-    )  # fmt: skip
+        tmp_path,
+        [
+            "experiment=cohen_mnist_sigma025",
+            "data=digits",
+            "model=digits_cnn",
+            "logger=none",
+            "optim.max_epochs=3",
+            "optim.scheduler.step_size=1",
+            "~callbacks.certification",
+        ],
+    )
     assert cfg.optim.scheduler_epoch_offset == 1
     train(cfg)
     checkpoint = torch.load(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
@@ -171,11 +184,20 @@ def test_macer_lambda_is_zero_until_the_first_lr_drop(tmp_path, offset, expected
     first LR drop, wherever the recipe's drop lands (legacy timing: from epoch 2 of this scaled run; modern:
     from epoch 1)."""
     cfg = train_config(
-        tmp_path, ["experiment=macer_mnist_sigma025", "data=digits", "model=digits_cnn", "logger=csv",
-                   "optim.max_epochs=3", "optim.scheduler.step_size=1", "method.num_noise_vec=2",
-                   f"optim.scheduler_epoch_offset={offset}", "data.batch_size=256",
-                   "~callbacks.certification"],
-    )  # fmt: skip
+        tmp_path,
+        [
+            "experiment=macer_mnist_sigma025",
+            "data=digits",
+            "model=digits_cnn",
+            "logger=csv",
+            "optim.max_epochs=3",
+            "optim.scheduler.step_size=1",
+            "method.num_noise_vec=2",
+            f"optim.scheduler_epoch_offset={offset}",
+            "data.batch_size=256",
+            "~callbacks.certification",
+        ],
+    )
     train(cfg)
     metrics = Path(cfg.paths.output_dir) / "csv" / "metrics.csv"
     lrs = _epoch_values(metrics, "lr-SGD")
@@ -189,9 +211,17 @@ def test_macer_deferral_until_an_lr_drop_needs_a_scheduler(tmp_path):
     from rs_lightning.validation import ConfigError
 
     cfg = train_config(
-        tmp_path, ["experiment=macer_mnist_sigma025", "data=digits", "model=digits_cnn", "logger=none",
-                   "optim.scheduler=null", "debug=fast_dev_run", "~callbacks.certification"],
-    )  # fmt: skip
+        tmp_path,
+        [
+            "experiment=macer_mnist_sigma025",
+            "data=digits",
+            "model=digits_cnn",
+            "logger=none",
+            "optim.scheduler=null",
+            "debug=fast_dev_run",
+            "~callbacks.certification",
+        ],
+    )
     with pytest.raises(ConfigError, match=r"method.deferred_epochs='lr_drop'.*optim.scheduler is null"):
         train(cfg)
 

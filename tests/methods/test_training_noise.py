@@ -23,8 +23,13 @@ SIGMA = 0.5
 
 def method(noise: str, cls=GaussianAugmentation, **kwargs):
     net = build_classifier(DigitsCNN(input_shape=(1, 8, 8), num_classes=10), None, None)
-    return cls(model=net, sigma=SIGMA, optimizer=lambda params: torch.optim.SGD(params, lr=0.1), noise=noise,
-               **kwargs)  # fmt: skip
+    return cls(
+        model=net,
+        sigma=SIGMA,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
+        noise=noise,
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize(

@@ -100,9 +100,13 @@ def test_average_is_unbiased_and_has_variance_sigma_squared_for_constant_masks(v
     0.625σ² at f = 0.8), which f = ½ cannot tell apart."""
     sigma, shape = 0.25, (1, 16, 16)
     pipeline = AdaptiveSmoothing(
-        Identity(), sigma=sigma, input_shape=shape, mode="ars", mask=ConstantMask(value),
+        Identity(),
+        sigma=sigma,
+        input_shape=shape,
+        mode="ars",
+        mask=ConstantMask(value),
         first_query_budget_frac=frac,
-    )  # fmt: skip
+    )
     generator = torch.Generator().manual_seed(2)
     x = torch.full((512, *shape), 0.8, dtype=torch.float64)
     noise = torch.randn(512, 2, *shape, generator=generator, dtype=torch.float64)
@@ -133,9 +137,13 @@ def test_the_mask_never_sees_the_clean_input():
     sigma, f, shape = 0.5, 0.25, (1, 16, 16)  # sigma_1 = sigma / sqrt(f) = 1 exactly
     torch.manual_seed(3)
     pipeline = AdaptiveSmoothing(
-        Identity(), sigma=sigma, input_shape=shape, mode="ars", mask=MaskUNet(input_shape=shape, width=4),
+        Identity(),
+        sigma=sigma,
+        input_shape=shape,
+        mode="ars",
+        mask=MaskUNet(input_shape=shape, width=4),
         first_query_budget_frac=f,
-    ).eval()  # fmt: skip
+    ).eval()
     x, other = dyadic(torch.rand(2, *shape)), dyadic(torch.rand(2, *shape))
     noise = dyadic(torch.randn(2, 2, *shape))
     m1 = x + noise[:, 0]
@@ -208,8 +216,9 @@ def test_certify_around_the_pipeline_is_batch_independent_and_linf_only(mode, sh
     xs = torch.rand(3, *shape)
     spec = CertificationSpec(sigma=0.5, n0=20, n=300, batch_size=64, norm="linf")
     a = certify_batch(pipeline, xs, [4, 9, 2], spec, num_classes=3)
-    b = certify_batch(pipeline, xs, [4, 9, 2], CertificationSpec(**{**spec.as_dict(), "batch_size": 7}),
-                      num_classes=3)  # fmt: skip
+    b = certify_batch(
+        pipeline, xs, [4, 9, 2], CertificationSpec(**{**spec.as_dict(), "batch_size": 7}), num_classes=3
+    )
     assert np.array_equal(a.counts, b.counts) and np.array_equal(a.radius, b.radius)
     d = shape[0] * 256
     expected = np.where(a.predict >= 0, 0.5 * norm.ppf(np.clip(a.pa_lower, 0.5, 1)) / math.sqrt(d), 0.0)
@@ -217,8 +226,9 @@ def test_certify_around_the_pipeline_is_batch_independent_and_linf_only(mode, sh
     with pytest.raises(ConfigError, match="norm"):
         certify_batch(pipeline, xs, [0, 1, 2], CertificationSpec(sigma=0.5, n0=20, n=300), num_classes=3)
     with pytest.raises(ValueError, match="sigma"):
-        certify_batch(pipeline, xs, [0, 1, 2], CertificationSpec(**{**spec.as_dict(), "sigma": 0.25}),
-                      num_classes=3)  # fmt: skip
+        certify_batch(
+            pipeline, xs, [0, 1, 2], CertificationSpec(**{**spec.as_dict(), "sigma": 0.25}), num_classes=3
+        )
 
 
 def test_the_pipeline_refuses_inputs_of_another_shape():

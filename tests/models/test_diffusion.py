@@ -127,11 +127,16 @@ def test_method_diffusion_trains_a_ddpm_and_certify_py_certifies_f_after_one_ste
     one-step timestep from the checkpoint's sigma), the classifier changed by the DDPM training, and
     certification at another sigma not moving the timestep with it."""
     overrides = [
-        "method=diffusion", "optim=denoiser", "optim.max_epochs=1", "data.batch_size=64",
-        "method.denoiser.unet.block_out_channels=[8,16]", "method.denoiser.unet.norm_num_groups=4",
+        "method=diffusion",
+        "optim=denoiser",
+        "optim.max_epochs=1",
+        "data.batch_size=64",
+        "method.denoiser.unet.block_out_channels=[8,16]",
+        "method.denoiser.unet.norm_num_groups=4",
         f"method.classifier_checkpoint={trained_digits['checkpoint']}",
-        "~callbacks.certification", "logger=csv",
-    ]  # fmt: skip
+        "~callbacks.certification",
+        "logger=csv",
+    ]
     path = train(train_config(tmp_path / "train", overrides))["checkpoint"]
     model, meta = load_classifier(path)
     assert isinstance(model.denoiser, DiffusionDenoiser) and model.denoiser.sigma == 0.25

@@ -60,8 +60,14 @@ def test_flags_are_read_as_the_reference_scripts_do():
     )
     assert args["attention_resolutions"] == [2, 4] and args["channel_mult"] == [1, 2, 2, 2]
     assert args["out_channels"] == 6 and args["num_heads"] == 4 and args["use_scale_shift_norm"]
-    flags = {"image_size": 32, "num_channels": 32, "num_res_blocks": 1, "rescale_timesteps": True,
-             "diffusion_steps": 4000, "noise_schedule": "linear"}  # fmt: skip
+    flags = {
+        "image_size": 32,
+        "num_channels": 32,
+        "num_res_blocks": 1,
+        "rescale_timesteps": True,
+        "diffusion_steps": 4000,
+        "noise_schedule": "linear",
+    }
     _, schedule, scale = openai_model(flags, (3, 32, 32))
     assert scale == 0.25 and schedule["beta_start"] == pytest.approx(2.5e-5) and schedule["beta_end"] == 0.005
 
@@ -90,8 +96,15 @@ def test_unusable_flags_are_refused_by_name(flags, match):
         DiffusionDenoiser(input_shape=(1, 8, 8), openai=flags)
 
 
-FLAGS_8 = {"image_size": 8, "num_channels": 32, "num_res_blocks": 1, "channel_mult": "1,2",
-           "attention_resolutions": "4", "learn_sigma": True, "rescale_timesteps": False}  # fmt: skip
+FLAGS_8 = {
+    "image_size": 8,
+    "num_channels": 32,
+    "num_res_blocks": 1,
+    "channel_mult": "1,2",
+    "attention_resolutions": "4",
+    "learn_sigma": True,
+    "rescale_timesteps": False,
+}
 
 
 def test_certify_py_puts_an_openai_checkpoint_in_front_of_a_classifier(trained_digits, tmp_path):

@@ -49,9 +49,13 @@ def run_with(script: str, *overrides: str, pythonpath: Path | None = None, marke
     if marker is not None:
         env["RSL_IMPORT_MARKER"] = str(marker)
     return subprocess.run(
-        [sys.executable, str(REPO / script), *overrides], cwd=REPO, capture_output=True, text=True,
-        timeout=300, env=env,
-    )  # fmt: skip
+        [sys.executable, str(REPO / script), *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_an_entry_point_registers_a_class_and_loads_it_only_when_named(installed):
@@ -78,10 +82,19 @@ def test_train_refuses_an_unregistered_class_saying_how_to_register(tmp_path):
 @pytest.mark.parametrize(
     "name",
     [
-        "gaussian", "clean", "consistency", "macer", "smoothadv", "smoothmix", "catrs",
-        "acr_gaming", "discard_hard", "reweight", "sphere_attack",
+        "gaussian",
+        "clean",
+        "consistency",
+        "macer",
+        "smoothadv",
+        "smoothmix",
+        "catrs",
+        "acr_gaming",
+        "discard_hard",
+        "reweight",
+        "sphere_attack",
     ],
-)  # fmt: skip
+)
 def test_every_method_trains_a_registered_user_model(installed, tmp_path, name):
     """Catches: a method that assumes a shipped architecture (an attribute, a layer name) or a checkpoint
     that records a user model it cannot rebuild. The methods' own overrides keep each step quick."""
@@ -99,15 +112,24 @@ def test_a_user_model_trains_and_certifies_through_the_entry_points(tmp_path):
     is refused in one line that says how to register the class."""
     train_dir = tmp_path / "train"
     done = run_with(
-        "train.py", *OWN_MODEL, "optim.max_epochs=2", f"hydra.run.dir={train_dir}",
-        "trainer.enable_progress_bar=false", "logger=none", pythonpath=USER_PACKAGE,
-    )  # fmt: skip
+        "train.py",
+        *OWN_MODEL,
+        "optim.max_epochs=2",
+        f"hydra.run.dir={train_dir}",
+        "trainer.enable_progress_bar=false",
+        "logger=none",
+        pythonpath=USER_PACKAGE,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     checkpoint = train_dir / "checkpoints" / "last.ckpt"
     done = run_with(
-        "certify.py", f"checkpoint={checkpoint}", f"output_dir={tmp_path / 'c'}", "device=cpu", *SMALL,
+        "certify.py",
+        f"checkpoint={checkpoint}",
+        f"output_dir={tmp_path / 'c'}",
+        "device=cpu",
+        *SMALL,
         pythonpath=USER_PACKAGE,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert len((tmp_path / "c" / "certify.tsv").read_text().splitlines()) == 1 + 36
     done = run_with("certify.py", f"checkpoint={checkpoint}", f"output_dir={tmp_path / 'd'}", "device=cpu")
@@ -123,9 +145,13 @@ def test_a_checkpoint_naming_an_unregistered_importable_class_imports_nothing(tr
     torch.save(saved, tmp_path / "foreign.ckpt")
     marker = tmp_path / "imported"
     done = run_with(
-        "certify.py", f"checkpoint={tmp_path / 'foreign.ckpt'}", f"output_dir={tmp_path / 'c'}", "device=cpu",
-        pythonpath=USER_PACKAGE, marker=marker,
-    )  # fmt: skip
+        "certify.py",
+        f"checkpoint={tmp_path / 'foreign.ckpt'}",
+        f"output_dir={tmp_path / 'c'}",
+        "device=cpu",
+        pythonpath=USER_PACKAGE,
+        marker=marker,
+    )
     assert_one_line_error(done, "rsl_unregistered.Net", "not a registered model", "entry-point group")
     assert not marker.exists()
 

@@ -16,8 +16,20 @@ from rs_testing import REPO, shared_data_dir
 from rs_lightning.analysis import published_numbers as pn
 
 SCRIPT = REPO / "scripts" / "reproduce.sh"
-SCRIPT_ENV = ("OUT", "PY", "DATA_OVERRIDES", "EXTRA", "CERTIFY_EXTRA", "REPORT_EXTRA", "SOFT_LABELS",
-              "PRETRAIN_OUT", "PRETRAIN_EXTRA", "SOFT_LABELS_EXTRA", "DRY_RUN", "GPU_JSON")  # fmt: skip
+SCRIPT_ENV = (
+    "OUT",
+    "PY",
+    "DATA_OVERRIDES",
+    "EXTRA",
+    "CERTIFY_EXTRA",
+    "REPORT_EXTRA",
+    "SOFT_LABELS",
+    "PRETRAIN_OUT",
+    "PRETRAIN_EXTRA",
+    "SOFT_LABELS_EXTRA",
+    "DRY_RUN",
+    "GPU_JSON",
+)
 PROTOCOL = ["n0=100", "n=100000", "alpha=0.001", "start=0", "skip=1", "max=10000"]
 
 
@@ -38,18 +50,49 @@ def commands(result: subprocess.CompletedProcess) -> list[list[str]]:
 def test_dry_run_of_a_mnist_cell(tmp_path):
     out = tmp_path / "cell"
     result = run(
-        "mnist", "0.25", "cohen", DRY_RUN="1", OUT=str(out),
-        DATA_OVERRIDES="data=npz data.path=/data/mnist.npz", EXTRA="trainer=gpu seed=3",
-    )  # fmt: skip
+        "mnist",
+        "0.25",
+        "cohen",
+        DRY_RUN="1",
+        OUT=str(out),
+        DATA_OVERRIDES="data=npz data.path=/data/mnist.npz",
+        EXTRA="trainer=gpu seed=3",
+    )
     train, certify, report = commands(result)
-    assert train == [sys.executable, "train.py", "experiment=cohen_mnist_sigma025", "data=npz",
-                     "data.path=/data/mnist.npz", "trainer=gpu", "seed=3", f"hydra.run.dir={out}/train",
-                     "ckpt_path=last"]  # fmt: skip
-    assert certify == [sys.executable, "certify.py", f"checkpoint={out}/train/checkpoints/last.ckpt",
-                       *PROTOCOL, f"output_dir={out}/certify"]  # fmt: skip
-    assert report == [sys.executable, "-m", "rs_lightning.cli.report", "published", f"{out}/certify",
-                      "--dataset", "mnist", "--method", "cohen", "--sigma", "0.25", "--out", f"{out}/report",
-                      "--overwrite"]  # fmt: skip
+    assert train == [
+        sys.executable,
+        "train.py",
+        "experiment=cohen_mnist_sigma025",
+        "data=npz",
+        "data.path=/data/mnist.npz",
+        "trainer=gpu",
+        "seed=3",
+        f"hydra.run.dir={out}/train",
+        "ckpt_path=last",
+    ]
+    assert certify == [
+        sys.executable,
+        "certify.py",
+        f"checkpoint={out}/train/checkpoints/last.ckpt",
+        *PROTOCOL,
+        f"output_dir={out}/certify",
+    ]
+    assert report == [
+        sys.executable,
+        "-m",
+        "rs_lightning.cli.report",
+        "published",
+        f"{out}/certify",
+        "--dataset",
+        "mnist",
+        "--method",
+        "cohen",
+        "--sigma",
+        "0.25",
+        "--out",
+        f"{out}/report",
+        "--overwrite",
+    ]
     assert "published: Jeong & Shin 2020 MNIST table (released logs" in result.stdout
     assert not out.exists()  # nothing ran
 
@@ -58,12 +101,30 @@ def test_dry_run_of_a_cifar10_cell_with_defaults_and_certify_extras():
     result = run("cifar10", "1", "acr_gaming", DRY_RUN="1", CERTIFY_EXTRA="batch_size=4000")
     train, certify, report = commands(result)
     out = "outputs/reproduce/cifar10/acr_gaming_s1.0"
-    assert train[1:] == ["train.py", "experiment=acr_gaming_cifar10_sigma100", f"hydra.run.dir={out}/train",
-                         "ckpt_path=last"]  # fmt: skip
-    assert certify[2:] == [f"checkpoint={out}/train/checkpoints/last.ckpt", *PROTOCOL, "batch_size=4000",
-                           f"output_dir={out}/certify"]  # fmt: skip
-    assert report[4:] == [f"{out}/certify", "--dataset", "cifar10", "--method", "acr_gaming", "--sigma",
-                          "1.0", "--out", f"{out}/report", "--overwrite"]  # fmt: skip
+    assert train[1:] == [
+        "train.py",
+        "experiment=acr_gaming_cifar10_sigma100",
+        f"hydra.run.dir={out}/train",
+        "ckpt_path=last",
+    ]
+    assert certify[2:] == [
+        f"checkpoint={out}/train/checkpoints/last.ckpt",
+        *PROTOCOL,
+        "batch_size=4000",
+        f"output_dir={out}/certify",
+    ]
+    assert report[4:] == [
+        f"{out}/certify",
+        "--dataset",
+        "cifar10",
+        "--method",
+        "acr_gaming",
+        "--sigma",
+        "1.0",
+        "--out",
+        f"{out}/report",
+        "--overwrite",
+    ]
     assert "Sun et al. 2025 Table 2" in result.stdout
     assert "CERTIFY_EXTRA=batch_size=4000 may change the protocol" in result.stderr
 
@@ -73,10 +134,19 @@ def test_dry_run_of_catrs_makes_and_passes_the_soft_labels(tmp_path):
     result = run("cifar10", ".5", "catrs", DRY_RUN="1", OUT=str(out), PRETRAIN_EXTRA="trainer=gpu")
     pretrain, soft, train, certify, _ = commands(result)
     pre = tmp_path / "cifar10" / "catrs_pretrain"
-    assert pretrain[1:] == ["train.py", "experiment=cohen_cifar10_sigma025_catrs_pretrain", "trainer=gpu",
-                            f"hydra.run.dir={pre}/train", "ckpt_path=last"]  # fmt: skip
-    assert soft[1:] == ["soft_labels.py", f"checkpoint={pre}/train/checkpoints/last.ckpt",
-                        f"output={pre}/soft_labels.npy", f"hydra.run.dir={pre}/soft_labels"]  # fmt: skip
+    assert pretrain[1:] == [
+        "train.py",
+        "experiment=cohen_cifar10_sigma025_catrs_pretrain",
+        "trainer=gpu",
+        f"hydra.run.dir={pre}/train",
+        "ckpt_path=last",
+    ]
+    assert soft[1:] == [
+        "soft_labels.py",
+        f"checkpoint={pre}/train/checkpoints/last.ckpt",
+        f"output={pre}/soft_labels.npy",
+        f"hydra.run.dir={pre}/soft_labels",
+    ]
     assert train[1:3] == ["train.py", "experiment=catrs_cifar10_sigma050"]
     assert train[3] == f"method.soft_labels={pre}/soft_labels.npy"
     assert certify[3:9] == PROTOCOL
@@ -101,15 +171,24 @@ def test_a_rerun_skips_finished_steps(tmp_path):
     [
         (("imagenet", "0.5", "cohen"), "error: dataset='imagenet' is invalid: choose one of cifar10, mnist"),
         (("cifar10", "0.12", "cohen"), "error: sigma='0.12' is invalid: choose one of 0.25, 0.5, 1.0"),
-        (("cifar10", "0.5", "gaussian"), "error: method='gaussian' is invalid: choose one of cohen, "
-         "smoothadv, macer, consistency, smoothmix, catrs, acr_gaming"),
-        (("mnist", "0.5", "smoothmix"), "error: method='smoothmix' has no published number for dataset=mnist "
-         "sigma=0.5: choose one of cohen, smoothadv, macer, consistency, catrs"),
-        (("cifar10", "0.5"), "error: expected 3 arguments, got 2; usage: scripts/reproduce.sh DATASET SIGMA "
-         "METHOD (DATASET: cifar10|mnist; SIGMA: 0.25|0.5|1.0; METHOD: cohen|smoothadv|macer|consistency|"
-         "smoothmix|catrs|acr_gaming)"),
+        (
+            ("cifar10", "0.5", "gaussian"),
+            "error: method='gaussian' is invalid: choose one of cohen, "
+            "smoothadv, macer, consistency, smoothmix, catrs, acr_gaming",
+        ),
+        (
+            ("mnist", "0.5", "smoothmix"),
+            "error: method='smoothmix' has no published number for dataset=mnist "
+            "sigma=0.5: choose one of cohen, smoothadv, macer, consistency, catrs",
+        ),
+        (
+            ("cifar10", "0.5"),
+            "error: expected 3 arguments, got 2; usage: scripts/reproduce.sh DATASET SIGMA "
+            "METHOD (DATASET: cifar10|mnist; SIGMA: 0.25|0.5|1.0; METHOD: cohen|smoothadv|macer|consistency|"
+            "smoothmix|catrs|acr_gaming)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_arguments_are_refused_in_one_line(tmp_path, args, message):
     result = run(*args, OUT=str(tmp_path / "out"))
     assert result.returncode == 2
@@ -151,8 +230,11 @@ def test_estimate_prints_a_row_per_method_and_dataset_and_its_anchors():
     result = run("--estimate")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in lines
-            if line.startswith(("| cifar10 |", "| mnist |"))}  # fmt: skip
+    rows = {
+        tuple(c.strip() for c in line.strip("|").split("|")[:2]): line
+        for line in lines
+        if line.startswith(("| cifar10 |", "| mnist |"))
+    }
     assert set(rows) == {(d, m) for d, m, _ in pn.PUBLISHED}
     cells = [c.strip() for c in rows["cifar10", "cohen"].strip("|").split("|")]
     assert cells[2:5] == ["90", "1.0", "1.00"]
@@ -171,10 +253,17 @@ def test_tiny_end_to_end_run_on_mnist(tmp_path):
     if data is None or not (data / "mnist.npz").is_file():
         pytest.skip("no ../shared/data/mnist.npz")
     out = tmp_path / "mnist" / "cohen_s0.5"
-    tiny = ("optim.max_epochs=1 +trainer.limit_train_batches=2 +trainer.limit_val_batches=1 "
-            "callbacks.certification=null trainer.enable_progress_bar=false")  # fmt: skip
-    env = dict(OUT=str(out), DATA_OVERRIDES=f"data=npz data.path={data / 'mnist.npz'}", EXTRA=tiny,
-               CERTIFY_EXTRA="n=100 max=10", REPORT_EXTRA="--allow-protocol-difference")  # fmt: skip
+    tiny = (
+        "optim.max_epochs=1 +trainer.limit_train_batches=2 +trainer.limit_val_batches=1 "
+        "callbacks.certification=null trainer.enable_progress_bar=false"
+    )
+    env = dict(
+        OUT=str(out),
+        DATA_OVERRIDES=f"data=npz data.path={data / 'mnist.npz'}",
+        EXTRA=tiny,
+        CERTIFY_EXTRA="n=100 max=10",
+        REPORT_EXTRA="--allow-protocol-difference",
+    )
     result = run("mnist", "0.5", "cohen", **env)
     assert result.returncode == 0, result.stderr[-3000:]
     text = (out / "report" / "published.md").read_text()

@@ -98,8 +98,16 @@ def test_sequential_certify_around_an_adaptive_pipeline_is_sound():
         Halfspace(), sigma=SIGMA, input_shape=(1, 1, 2), mode="ars", mask=SecondCoordinateMask()
     ).eval()
     grid = {"first_look": 256, "radii": [0, 0.25, 0.5]}
-    spec = CertificationSpec(sigma=SIGMA, n0=N0, n=4 * N, alpha=ALPHA, batch_size=50_000, norm="linf",
-                             sampling="sequential", sampler=grid)  # fmt: skip
+    spec = CertificationSpec(
+        sigma=SIGMA,
+        n0=N0,
+        n=4 * N,
+        alpha=ALPHA,
+        batch_size=50_000,
+        norm="linf",
+        sampling="sequential",
+        sampler=grid,
+    )
     result = certify_batch(pipeline, xs, range(len(m)), spec, num_classes=2)
     truth = (m > 0).astype(int)
     certified = result.predict != ABSTAIN

@@ -94,8 +94,14 @@ def test_pairs_without_a_certificate_are_refused_naming_the_ones_that_have_one()
         Certificate("uniform", "linf").radius(0.9, SIGMA)
 
 
-PAIRS = [("gaussian", "l2"), ("gaussian", "l1"), ("gaussian", "linf"), ("laplace", "l1"), ("uniform", "l1"),
-         ("uniform", "linf")]  # fmt: skip
+PAIRS = [
+    ("gaussian", "l2"),
+    ("gaussian", "l1"),
+    ("gaussian", "linf"),
+    ("laplace", "l1"),
+    ("uniform", "l1"),
+    ("uniform", "linf"),
+]
 INNER = np.array([0.5 + 1e-6, 0.51, 0.6, 0.75, 0.9, 0.99, 0.999, 0.9999])
 
 
@@ -154,12 +160,15 @@ def _code_strings_and_calls(path):
         id(node.body[0].value)
         for node in ast.walk(tree)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
-    }  # fmt: skip
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     strings = {
-        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-        and id(n) not in docstrings
-    }  # fmt: skip
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+    }
     calls = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     return strings, calls
 

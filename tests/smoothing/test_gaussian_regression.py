@@ -40,10 +40,11 @@ def rows() -> dict:
         "cohen_l2": {"norm": "l2"},
         "cohen_linf": {"norm": "linf"},
         "iss_ad005": {
-            "sampling": "iss", "n0": None,
+            "sampling": "iss",
+            "n0": None,
             "sampler": InputSpecific(decline="ad", max_decline=0.05, k0=50, granularity=10),
         },
-    }  # fmt: skip
+    }
     out = {}
     for name, extra in settings.items():
         base = {"sigma": 0.25, "n0": 64, "n": 500, "alpha": 0.001, "seed": 0, "batch_size": 200}

@@ -169,9 +169,15 @@ def test_input_specific_and_sequential_sampling_are_sound_with_other_noises(nois
     margins = margins_of(noise)
     iss = InputSpecific(decline="ad", max_decline=0.05, k0=50, granularity=10) if sampling == "iss" else None
     spec = CertificationSpec(
-        sigma=SIGMA, n0=None if iss else N0, n=N, alpha=ALPHA, noise=noise, norm="l1", sampling=sampling,
+        sigma=SIGMA,
+        n0=None if iss else N0,
+        n=N,
+        alpha=ALPHA,
+        noise=noise,
+        norm="l1",
+        sampling=sampling,
         sampler=iss,
-    )  # fmt: skip
+    )
     result = certify_batch(Halfspace(), halfspace_inputs(margins), range(len(margins)), spec, num_classes=2)
     truth = (margins > 0).astype(int)
     certified = result.predict != ABSTAIN

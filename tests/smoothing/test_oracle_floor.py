@@ -37,8 +37,9 @@ def run(s: CertificationSpec, p, seed=0):
     return n_a, n, cp_lower(n_a, n, s.sampler.levels(s, n, n_a0, 2))
 
 
-@pytest.mark.parametrize(("t", "n", "alpha"), [(0.99865, 100_000, 0.001 / 13), (0.8413, 20_000, 1e-4),
-                                               (0.6, 300, 0.05)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("t", "n", "alpha"), [(0.99865, 100_000, 0.001 / 13), (0.8413, 20_000, 1e-4), (0.6, 300, 0.05)]
+)
 def test_reach_is_the_share_whose_clopper_pearson_bound_first_passes_t(t, n, alpha):
     """The lower bound (scipy) at the count just above the reach passes t, just below does not. Catches the
     reach solved for the upper bound, or at n + 1 / n - 1 draws (an off-by-one moves it a whole count)."""

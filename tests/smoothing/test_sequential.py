@@ -253,7 +253,12 @@ def test_the_smooth_api_certifies_sequentially():
 
     smooth = Smooth(Halfspace(), num_classes=2, sigma=SIGMA)
     label, radius = smooth.certify(
-        torch.tensor([[[1.0, 0.0]]]), n0=64, n=5000, alpha=ALPHA, batch_size=1000, sampling="sequential",
+        torch.tensor([[[1.0, 0.0]]]),
+        n0=64,
+        n=5000,
+        alpha=ALPHA,
+        batch_size=1000,
+        sampling="sequential",
         sampler=Sequential(radii=RADII),
-    )  # fmt: skip
+    )
     assert label == 1 and 0.75 <= radius <= 1.0
