@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) -m bench.run --competing-job --out bench/results/certify_throughput_competing.json
 	$(PY) -m bench.methods
 	$(PY) -m bench.certify_scaling
+	$(PY) -m bench.lattice
 	$(PY) -m bench.ars
 	$(PY) -m bench.sequential
 	$(PY) -m bench.sequential_levers

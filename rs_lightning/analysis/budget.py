@@ -290,8 +290,11 @@ def budget_figure(
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, which="both")
     place_legend(
-        ax, len(curves) + len(references or {}), fontsize=7,
-        title="□ run's own N; dotted: N′ > N (biased upward)", title_fontsize=7,
-    )  # fmt: skip
+        ax,
+        len(curves) + len(references or {}),
+        fontsize=7,
+        title="□ run's own N; dotted: N′ > N (biased upward)",
+        title_fontsize=7,
+    )
     fig.tight_layout()
     return fig

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-ECDF_GRID = np.round(np.linspace(0.5, 1.0, 501), 3)
-"""x grid of the pA ECDF: 0.500, 0.501, ..., 1.000 (as in the acr-weakness release)."""
+from rs_lightning.smoothing.stats import PA_GRID
+
+ECDF_GRID = PA_GRID
+"""x grid of the pA ECDF: 0.500, 0.501, ..., 1.000 (as in the acr-weakness release), the core's p grid."""
 
 
 def certified_accuracy(radius, correct, radii) -> np.ndarray:

@@ -66,8 +66,9 @@ def pa_ecdf_figure(runs: Mapping[str, np.ndarray], grid=ECDF_GRID, bands: Mappin
         (line,) = ax.step(grid, pa_ecdf(pa, grid), where="post", label=label)
         band = (bands or {}).get(label)
         if band is not None:
-            ax.fill_between(band.x, band.lower, band.upper, step="post", color=line.get_color(), alpha=0.18,
-                            linewidth=0)  # fmt: skip
+            ax.fill_between(
+                band.x, band.lower, band.upper, step="post", color=line.get_color(), alpha=0.18, linewidth=0
+            )
     ax.set(
         xlabel="$p_A$ (accuracy under noise)",
         ylabel="share of inputs with $\\hat p_A \\geq x$",

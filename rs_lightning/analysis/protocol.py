@@ -2,22 +2,28 @@
 what differs between them, and what no run records.
 
 Runs are only comparable on the same protocol: the same inputs (idx set), n, n0, α, seed, split, precision and
-sampling (the spec's protocol keys).
+sampling (the spec's protocol keys). :func:`differences` is the one comparison of protocols, also of a run
+with a published cell (:mod:`.published_numbers`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from rs_lightning.runs import ResultFileError
-from rs_lightning.smoothing.spec import PROTOCOL_KEYS as SPEC_PROTOCOL_KEYS
+from rs_lightning.smoothing.spec import PROTOCOL_KEYS
 
 if TYPE_CHECKING:
     from .run_view import Run
 
-PROTOCOL_KEYS = ("subset", "dataset", "inputs_sha256", *SPEC_PROTOCOL_KEYS)
-"""The inputs (idx set, the dataset — its name and file hash where recorded — and the hash of the certified
-inputs themselves) and the certification spec's protocol keys (rs_lightning.smoothing.spec)."""
+INPUT_KEYS = ("subset", "dataset", "inputs_sha256")
+"""The inputs a run certified, as its view reports them (:meth:`~.run_view.Run.protocol`): the idx set, the
+dataset (its name and file hash where recorded) and the hash of the certified inputs themselves."""
+
+COMPARED_KEYS = (*INPUT_KEYS, *PROTOCOL_KEYS)
+"""What compared runs must share: their inputs and the certification spec's protocol keys (its schema,
+:mod:`rs_lightning.smoothing.spec`)."""
 
 
 class ProtocolMismatchError(ResultFileError):
@@ -39,17 +45,31 @@ value: such a run is compared on the other keys, and the key is not verified for
 (:func:`unverified_keys`). For every other key None is a setting of its own (e.g. no ``noise_block``)."""
 
 
-def protocol_differences(runs: list[Run]) -> dict[str, dict[str, str]]:
-    """``{key: {label: value}}`` for every protocol key whose value is not the same in all runs (for the keys
-    of :data:`RECORDED_LATER`: in all runs that record it)."""
-    protocols = [r.protocol() for r in runs]
+def differences(
+    protocols: Sequence[tuple[str, Mapping]], keys: Iterable[str], agree: Callable | None = None
+) -> dict[str, dict]:
+    """``{key: {label: value}}`` for each of ``keys`` whose values in ``protocols`` (``(label, {key: value})``
+    pairs) do not agree by ``agree(key, values)``; by default: are equal (for the keys of
+    :data:`RECORDED_LATER`: in all that record it)."""
+    agree = agree or _agree
     out = {}
-    for key in PROTOCOL_KEYS:
-        values = [p[key] for p in protocols]
-        if not _agree(key, values):
-            out[key] = {r.label: _show(key, v) for r, v in zip(runs, values, strict=True)}
+    for key in keys:
+        values = [protocol[key] for _, protocol in protocols]
+        if not agree(key, values):
+            out[key] = {label: value for (label, _), value in zip(protocols, values, strict=True)}
+    return out
+
+
+def protocol_differences(runs: list[Run]) -> dict[str, dict[str, str]]:
+    """``{key: {label: value}}`` for every compared key (:data:`COMPARED_KEYS`) whose value is not the same
+    in all runs (for the keys of :data:`RECORDED_LATER`: in all runs that record it)."""
+    protocols = [(r.label, r.protocol()) for r in runs]
+    out = {
+        key: {label: _show(key, value) for label, value in values.items()}
+        for key, values in differences(protocols, COMPARED_KEYS).items()
+    }
     if "subset" in out:
-        common = frozenset.intersection(*[p["subset"] for p in protocols])
+        common = frozenset.intersection(*[p["subset"] for _, p in protocols])
         out["subset"]["shared by all"] = f"{len(common)} inputs"
     return out
 
@@ -69,7 +89,7 @@ def same_inputs(a: Run, b: Run) -> bool:
 
 def unverified_keys(runs: list[Run]) -> list[str]:
     """Protocol keys unknown in every run (old TSVs record no α, seed, ...): equal, but not verified."""
-    return [k for k in PROTOCOL_KEYS if all(r.protocol()[k] is None for r in runs)]
+    return [k for k in COMPARED_KEYS if all(r.protocol()[k] is None for r in runs)]
 
 
 def partly_unverified(runs: list[Run]) -> dict[str, list[str]]:
@@ -121,7 +141,7 @@ def check_protocol(
 def mismatched_keys(run: Run, reference: Run) -> list[str]:
     """Protocol keys in which ``run`` differs from ``reference``."""
     a, b = run.protocol(), reference.protocol()
-    return [k for k in PROTOCOL_KEYS if a[k] != b[k]]
+    return [k for k in COMPARED_KEYS if a[k] != b[k]]
 
 
 def sigma_groups(runs: list[Run]) -> dict[float | None, list[Run]]:

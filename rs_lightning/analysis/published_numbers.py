@@ -31,6 +31,7 @@ import numpy as np
 from rs_lightning.smoothing.spec import CertificationSpec
 
 from .metrics import average_certified_radius, certified_accuracy
+from .protocol import differences
 
 DATASETS = ("cifar10", "mnist")
 METHODS = ("cohen", "smoothadv", "macer", "consistency", "smoothmix", "catrs", "acr_gaming")
@@ -265,8 +266,15 @@ def comparison_rows(published: PublishedCell, radius, correct) -> list[dict]:
 def _row(metric: str, radius: float | None, published: float, ours: float, se: float) -> dict:
     difference = ours - published
     z = difference / se if se > 0 else (0.0 if difference == 0 else math.copysign(math.inf, difference))
-    return {"metric": metric, "radius": radius, "published": published, "ours": ours, "se": se,
-            "difference": difference, "z": z}  # fmt: skip
+    return {
+        "metric": metric,
+        "radius": radius,
+        "published": published,
+        "ours": ours,
+        "se": se,
+        "difference": difference,
+        "z": z,
+    }
 
 
 def published_protocol(published: PublishedCell) -> dict:
@@ -309,27 +317,30 @@ def dataset_of(data: Mapping | None) -> tuple[str | None, str]:
 
 
 def protocol_differences(published: PublishedCell, ours: Mapping) -> dict[str, tuple[str, str]]:
-    """``{key: (ours, published)}`` for each protocol value in which our run differs from the cell.
+    """``{key: (ours, published)}`` for each protocol value in which our run differs from the cell
+    (:func:`~.protocol.differences`, the comparison of runs' protocols, with a value not recorded counting as
+    a difference and σ and α compared to rounding).
 
     ``ours`` holds ``dataset sigma n0 n alpha split mode sampling precision`` (None = not recorded, which
     counts as a difference) and ``idx`` (the certified indices).
     """
-    want = published_protocol(published)
-    have = {k: ours.get(k) for k in want if k != "inputs"}
-    have["inputs"] = _describe_inputs(ours.get("idx", ()))
-    out = {}
-    for key, value in want.items():
-        mine = have[key]
-        if key == "inputs":
-            same = sorted(int(i) for i in ours.get("idx", ())) == list(published.protocol.indices())
-        elif isinstance(value, float):
-            same = mine is not None and math.isclose(float(mine), value, rel_tol=1e-9)
-        else:
-            same = mine is not None and str(mine) == str(value)
-        if not same:
-            out[key] = (_show(mine), _show(value))
-    return out
+    want = published_protocol(published) | {"inputs": tuple(published.protocol.indices())}
+    have = {k: ours.get(k) for k in want} | {"inputs": tuple(sorted(int(i) for i in ours.get("idx", ())))}
+    found = differences([("ours", have), ("published", want)], want, _same)
+    return {key: (_show(values["ours"]), _show(values["published"])) for key, values in found.items()}
+
+
+def _same(key: str, values: list) -> bool:
+    """Whether our value (first) is the published one (second): recorded, and equal (floats to rounding)."""
+    mine, value = values
+    if mine is None:
+        return False
+    if isinstance(value, float):
+        return math.isclose(float(mine), value, rel_tol=1e-9)
+    return mine == value if key == "inputs" else str(mine) == str(value)
 
 
 def _show(value) -> str:
+    if isinstance(value, tuple):  # the inputs' indices
+        return _describe_inputs(value)
     return "not recorded" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))

@@ -241,9 +241,11 @@ class Run:
     def budget_gaps(self) -> list[str]:
         """What the budget conversion needs and this run lacks (empty: it applies)."""
         needs = (
-            ("nA/n columns", self.has_counts), ("sigma", self.sigma), ("alpha", self.alpha),
+            ("nA/n columns", self.has_counts),
+            ("sigma", self.sigma),
+            ("alpha", self.alpha),
             ("Gaussian noise (the conversion's radii are s·Φ⁻¹(p))", self.noise == "gaussian"),
-        )  # fmt: skip
+        )
         return [name for name, present in needs if not present]
 
     def constant_reference(self) -> tuple[int, float]:

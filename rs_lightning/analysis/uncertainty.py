@@ -103,9 +103,14 @@ class Counts:
         order = np.argsort(rows["idx"], kind="stable")
         take = lambda key: np.asarray(rows[key])[order]  # noqa: E731
         return cls(
-            idx=take("idx"), n_a=take("nA"), n=take("n"), correct=take("correct").astype(bool),
-            predict=take("predict"), radius=take("radius").astype(float), looks=int(looks),
-        )  # fmt: skip
+            idx=take("idx"),
+            n_a=take("nA"),
+            n=take("n"),
+            correct=take("correct").astype(bool),
+            predict=take("predict"),
+            radius=take("radius").astype(float),
+            looks=int(looks),
+        )
 
     @property
     def size(self) -> int:
@@ -216,9 +221,11 @@ def _check_paired(a: Counts, b: Counts) -> None:
     if a.size != b.size or not np.array_equal(a.idx, b.idx):
         shared = np.intersect1d(a.idx, b.idx).size
         raise ConfigError(
-            "runs", f"{a.size} and {b.size} inputs ({shared} shared)", "certified on the same inputs",
+            "runs",
+            f"{a.size} and {b.size} inputs ({shared} shared)",
+            "certified on the same inputs",
             "a paired verdict compares the same test inputs; certify both on one subset",
-        )  # fmt: skip
+        )
 
 
 def _resample_means(per_input: np.ndarray, rng, resamples: int, chunk: int = 250) -> np.ndarray:
@@ -240,9 +247,14 @@ def _sup_bootstrap(per_input: np.ndarray, beta: float, rng, resamples: int) -> f
 
 
 def paired_pa_curves(
-    a: Counts, b: Counts, beta: float = DEFAULT_BETA, grid=ECDF_GRID, *, names=("A", "B"),
+    a: Counts,
+    b: Counts,
+    beta: float = DEFAULT_BETA,
+    grid=ECDF_GRID,
+    *,
+    names=("A", "B"),
     resamples: int = RESAMPLES,
-) -> dict:  # fmt: skip
+) -> dict:
     """The paired verdict on the p_A curves of two runs on the same inputs, with the simultaneous
     (1 − beta) band of d(x) = y_A(x) − y_B(x) (module docstring)."""
     beta, grid = check_beta(beta), np.asarray(grid, dtype=float)
@@ -291,6 +303,16 @@ def paired_acr_ci(
 
 
 __all__ = [
-    "DEFAULT_BETA", "Band", "Counts", "acr_ci", "certified_accuracy_bands", "check_beta", "pa_curve_band",
-    "paired_acr_ci", "paired_certified_accuracy", "paired_pa_curves", "pair_rng", "verdict",
-]  # fmt: skip
+    "DEFAULT_BETA",
+    "Band",
+    "Counts",
+    "acr_ci",
+    "certified_accuracy_bands",
+    "check_beta",
+    "pa_curve_band",
+    "paired_acr_ci",
+    "paired_certified_accuracy",
+    "paired_pa_curves",
+    "pair_rng",
+    "verdict",
+]

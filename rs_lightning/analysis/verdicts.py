@@ -135,8 +135,14 @@ def compare_entries(
         pairings = list(product(entry_a, entry_b))
         if not all(same_inputs(a, b) for a, b in pairings):
             # only with --allow-mismatch: no paired verdict on different inputs (idx, data or their hash)
-            out.append({"sigma": sigma, "a": entry_label(entry_a), "b": entry_label(entry_b),
-                        "skipped": "certified on different inputs"})  # fmt: skip
+            out.append(
+                {
+                    "sigma": sigma,
+                    "a": entry_label(entry_a),
+                    "b": entry_label(entry_b),
+                    "skipped": "certified on different inputs",
+                }
+            )
             continue
         level = beta / (len(pairs) * len(pairings))
         curves, accuracy, acr = [], [], []
@@ -146,8 +152,9 @@ def compare_entries(
             if ca is not None and cb is not None:
                 curves.append(paired_pa_curves(ca, cb, level, grid, names=names, resamples=resamples))
             base_a, base_b = radius_counts(a), radius_counts(b)
-            accuracy.append(paired_certified_accuracy(base_a, base_b, radii, level, names=names,
-                                                      resamples=resamples))  # fmt: skip
+            accuracy.append(
+                paired_certified_accuracy(base_a, base_b, radii, level, names=names, resamples=resamples)
+            )
             acr.append(paired_acr_ci(base_a, base_b, level, names=names))
         seeds = min(len(entry_a), len(entry_b))
         out.append(
@@ -169,7 +176,7 @@ def compare_entries(
                         float(max(r["pointwise"].upper[j] for r in accuracy)),
                     )
                     for j in range(len(radii))
-                ],  # fmt: skip
+                ],
             }
         )
     return out

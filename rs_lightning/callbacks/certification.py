@@ -9,7 +9,6 @@ world_size-th input of the subset and the torchmetrics states are gathered.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -21,17 +20,28 @@ from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from rs_lightning.analysis.metrics import ECDF_GRID, true_label_pa
 from rs_lightning.analysis.plots import pa_ecdf_figure, save_figure
 from rs_lightning.analysis.uncertainty import DEFAULT_BETA, Band, Counts, check_beta, pa_curve_band
+from rs_lightning.data.quantize import first_off_grid
 from rs_lightning.data.subset import evenly_spaced
 from rs_lightning.metrics import AverageCertifiedRadius, CertifiedAccuracy, PAEcdf, PAEstimates
 from rs_lightning.runs import certify_rows
 from rs_lightning.smoothing import CertificationSpec, certify_dataset
-from rs_lightning.smoothing.engine import check_norm_supported
-from rs_lightning.smoothing.pipeline import pipeline_of
+from rs_lightning.smoothing.pipeline import at_sigma
 from rs_lightning.smoothing.precision import check_precision_supported
+from rs_lightning.smoothing.resolve import ModelFacts, resolve
 from rs_lightning.smoothing.samplers import SAMPLERS, check_unused_settings, sampler_class
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
 PREFIX = "callbacks.certification."
+
+FIXED = ("mode", "split", "noise")
+"""The spec's keys the callback does not take: it runs CERTIFY on the test split, with the module's training
+noise (``method.noise``)."""
+KEYS = tuple(key for key in CertificationSpec.keys(config=True) if key not in FIXED)
+"""The spec's keys the callback takes, as in ``certify.py`` (:meth:`CertificationSpec.help`); their defaults
+are the spec's (:meth:`CertificationSpec.defaults`) but for :data:`DEFAULTS`."""
+DEFAULTS = {"n": 256}
+"""Where the callback's defaults differ from the spec's: a training-time budget of 256 estimation draws per
+input, where ``certify.py``'s 100,000 would cost every epoch a full certification."""
 
 
 class CertificationCallback(pl.Callback):
@@ -43,42 +53,26 @@ class CertificationCallback(pl.Callback):
     Args:
         every_n_epochs: certification period in epochs.
         num_inputs: size of the fixed subset (every ``len(test) // num_inputs``-th input).
-        n0, n, alpha: CERTIFY's selection draws, estimation draws and failure probability.
-        batch_size: forward batch size of the engine.
-        seed: noise seed (same meaning as in ``certify.py``).
         radius_step: spacing of the logged certified-accuracy radii (up to the largest certifiable one);
             null = 0.25 for L2/L1 and 1/255 for L∞.
-        norm: ``l2`` | ``l1`` | ``linf``: the ball the logged radii are for; None = L∞ for a method whose
-            certified model is a pipeline (ARS certifies nothing else), else the training noise's own norm
-            (L2 for Gaussian; set ``linf`` to log a Gaussian baseline in the same units as ARS). The noise
-            certified is always the module's training noise (``method.noise``).
-        sigma: certification noise; defaults to the method's training sigma.
-        precision, channels_last, compile: how the base network is evaluated, as in ``certify.py``.
-        sampling: the sampler (:mod:`~rs_lightning.smoothing.samplers`), as in ``certify.py``: ``cohen`` (n
-            draws per input) or ``sequential`` (draws stop once the input's radius bucket is decided); its
-            settings are the keyword named after it (``sequential={"radii": [...], "first_look": ...}``).
         beta: error probability of the logged simultaneous band of the p_A curve (``val/pa_band_halfwidth``,
             shaded in the ``val/pa_ecdf`` figure).
+        **settings: the spec's keys of :data:`KEYS` (``sigma n0 n alpha seed batch_size precision
+            channels_last compile sampling norm``), as in ``certify.py``, with the spec's defaults but
+            :data:`DEFAULTS`; and a sampler's settings under its name (``sequential={"radii": [...],
+            "first_look": ...}``). ``sigma`` None: the module's training sigma; ``norm`` None: L∞ for a
+            method whose certified model is a pipeline (ARS certifies nothing else), else the training noise's
+            own (set ``linf`` to log a Gaussian baseline in the same units as ARS). The spec is resolved with
+            the module's facts by :func:`~rs_lightning.smoothing.resolve.resolve`, as in ``certify.py``.
     """
 
     def __init__(
         self,
         every_n_epochs: int = 1,
         num_inputs: int = 100,
-        n0: int = 100,
-        n: int = 256,
-        alpha: float = 0.001,
-        batch_size: int = 1000,
-        seed: int = 0,
         radius_step: float | None = None,
-        sigma: float | None = None,
-        norm: str | None = None,
-        precision: str = "32",
-        channels_last: bool = False,
-        compile: bool = False,
-        sampling: str = "cohen",
         beta: float = DEFAULT_BETA,
-        **sampler_settings: dict | None,
+        **settings,
     ) -> None:
         require_at_least(PREFIX + "every_n_epochs", every_n_epochs, 1)
         try:
@@ -88,50 +82,61 @@ class CertificationCallback(pl.Callback):
         require_at_least(PREFIX + "num_inputs", num_inputs, 1)
         if radius_step is not None:
             require_positive(PREFIX + "radius_step", radius_step)
-        settings = dict(sigma=sigma, n0=n0, n=n, alpha=alpha, batch_size=batch_size, seed=seed)
-        settings |= dict(precision=precision, channels_last=channels_last, compile=compile)
+        if unknown := sorted(settings.keys() - set(KEYS) - SAMPLERS.keys()):
+            raise TypeError(f"CertificationCallback got unexpected keyword arguments {unknown}")
+        request = DEFAULTS | {key: value for key, value in settings.items() if key in KEYS}
         try:
-            chosen = sampler_class(sampling).name
+            chosen = sampler_class(request.get("sampling") or "cohen").name
         except ConfigError as err:
             raise err.prefixed(PREFIX) from None
-        if unknown := sorted(sampler_settings.keys() - SAMPLERS.keys()):
-            raise TypeError(f"CertificationCallback got unexpected keyword arguments {unknown}")
+        sampler_settings = {name: value for name, value in settings.items() if name in SAMPLERS}
         check_unused_settings(sampler_settings, chosen, PREFIX)
-        settings |= {"sampling": chosen, chosen: sampler_settings.get(chosen)}
-        if norm is not None:
-            settings["norm"] = norm
-        self.spec = CertificationSpec.from_dict(settings, prefix=PREFIX)
+        self.request = request | {"sampling": chosen, chosen: sampler_settings.get(chosen)}
+        """The spec's keys as given (None: the module's), which :meth:`_spec` resolves."""
+        self.spec = CertificationSpec.from_dict(self.request, prefix=PREFIX)
+        """The request validated, before the module is known (σ unset, Gaussian noise stand in)."""
         self.every_n_epochs, self.num_inputs = every_n_epochs, num_inputs
         self.radius_step = radius_step
-        self.norm = None if norm is None else self.spec.norm
+        self.norm = None if self.request.get("norm") is None else self.spec.norm
         self.last: dict | None = None
         """The most recent results: ``{"epoch", "indices", "metrics", "pa_ecdf"}`` (for tests and users)."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         check_precision_supported(self.spec.precision, trainer.strategy.root_device, key=PREFIX + "precision")
 
-    def _norm(self, pl_module: pl.LightningModule) -> str | None:
-        """The norm given, else L∞ for a pipeline (ARS), else None: the noise's own."""
-        pipeline = pipeline_of(getattr(pl_module, "certified_model", pl_module.model))
-        return self.norm or (pipeline.norms[0] if pipeline is not None else None)
+    @staticmethod
+    def _model(pl_module: pl.LightningModule):
+        return getattr(pl_module, "certified_model", pl_module.model)
 
-    def _spec(self, pl_module: pl.LightningModule) -> CertificationSpec:
-        """The spec at the module's σ (unless one was given) and training noise, in :meth:`_norm`."""
-        spec = self.spec if self.spec.sigma is not None else self.spec.with_sigma(float(pl_module.sigma))
-        noise = str(getattr(pl_module, "noise", "gaussian"))
-        try:
-            return dataclasses.replace(spec, noise=noise, norm=self._norm(pl_module))
-        except ConfigError as err:
-            raise err.prefixed(PREFIX) from None
+    def _spec(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> CertificationSpec:
+        """The request resolved with the module's facts (:func:`~rs_lightning.smoothing.resolve.resolve`, as
+        ``certify.py`` does): its σ unless one was given (the callback's ``sigma=`` needs no override), its
+        training noise, L∞ for a pipeline unless a norm was given, the sampler's settings at the data's
+        input size."""
+        facts = ModelFacts.of(
+            self._model(pl_module),
+            math.prod(trainer.datamodule.input_shape),
+            train_sigma=pl_module.sigma,
+            train_noise=getattr(pl_module, "noise", None),
+        )
+        return resolve(self.request, facts, override_sigma=True, prefix=PREFIX)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """A norm the certified model's accounting does not cover is refused before the first epoch."""
-        try:
-            model = getattr(pl_module, "certified_model", pl_module.model)
-            spec = self._spec(pl_module)
-            check_norm_supported(model, spec.norm, spec.noise)
-        except ConfigError as err:
-            raise err.prefixed(PREFIX) from None
+        """A spec the module cannot be certified under (a norm its pipeline's accounting does not cover, a
+        sampler's grid above what n certifies, lattice noise on inputs off the 8-bit grid) is refused before
+        the first epoch."""
+        spec = self._spec(trainer, pl_module)
+        if spec.certificate.distribution.grid_inputs:
+            data = trainer.datamodule
+            dataset = data.dataset(spec.split)
+            if (off := first_off_grid(dataset, self.subset(len(dataset)))) is not None:
+                raise ConfigError(
+                    "noise",
+                    spec.noise,
+                    f"a noise for inputs off the 8-bit grid k/255 with {type(data).__name__}",
+                    f"validation input idx {off[0]} has a pixel {off[1]:.3g} levels from one, and lattice "
+                    "noise certifies inputs on the grid only: train with noise=gaussian, or on 8-bit data",
+                )
 
     def _due(self, trainer: pl.Trainer) -> bool:
         epoch = trainer.current_epoch + 1
@@ -153,8 +158,11 @@ class CertificationCallback(pl.Callback):
                 key == "sampler"
             ):  # as certify.py takes it (sequential.radii=...); null only where not the default
                 defaults = type(self.spec.sampler).defaults()
-                args |= {f"{self.spec.sampling}.{k}": "null" if v is None else v
-                         for k, v in value.items() if v is not None or defaults[k] is not None}  # fmt: skip
+                args |= {
+                    f"{self.spec.sampling}.{k}": "null" if v is None else v
+                    for k, v in value.items()
+                    if v is not None or defaults[k] is not None
+                }
             elif isinstance(value, dict):
                 args |= {f"{key}.{k}": v for k, v in value.items() if v is not None}
             else:
@@ -167,12 +175,11 @@ class CertificationCallback(pl.Callback):
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._due(trainer):
             return
-        spec = self._spec(pl_module)
-        model = getattr(pl_module, "certified_model", pl_module.model)
+        spec = self._spec(trainer, pl_module)
+        model = at_sigma(self._model(pl_module), spec.sigma)  # the module's own model is left as it is
         dataset = trainer.datamodule.dataset(spec.split)
         indices = self.subset(len(dataset))
         dim = math.prod(trainer.datamodule.input_shape)
-        spec = spec.resolved(dim)
         radii = spec.certificate.radius_grid(spec.sigma, spec.n, spec.bound_alpha, self.radius_step, dim)
         device = pl_module.device
         metrics = {

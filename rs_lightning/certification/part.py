@@ -14,9 +14,14 @@ from .plan import CertificationPlan, Part
 
 
 def certify_part(
-    plan: CertificationPlan, part: Part, device: torch.device, *, label: str | None = None,
-    show_progress: bool = True, progress_scale: int = 1,
-) -> None:  # fmt: skip
+    plan: CertificationPlan,
+    part: Part,
+    device: torch.device,
+    *,
+    label: str | None = None,
+    show_progress: bool = True,
+    progress_scale: int = 1,
+) -> None:
     """Certify (or PREDICT, as ``plan.spec.mode`` says) the inputs of ``part`` still missing from the run
     folder. ``label``: the progress bar's (default: the mode and the part); ``progress_scale``: what one
     input counts in it (the ranks of a DDP run, whose rank 0 shows the whole run's progress)."""
@@ -29,10 +34,14 @@ def certify_part(
         done = done_indices(path)
         todo = [i for i in mine if i not in done]
         bar = tqdm(
-            total=len(mine) * progress_scale, initial=(len(mine) - len(todo)) * progress_scale, unit="input",
+            total=len(mine) * progress_scale,
+            initial=(len(mine) - len(todo)) * progress_scale,
+            unit="input",
             desc=label or plan.spec.mode + (f" {part.index}/{part.count}" if part.own_file else ""),
-            disable=not show_progress, dynamic_ncols=True, mininterval=1.0,
-        )  # fmt: skip
+            disable=not show_progress,
+            dynamic_ncols=True,
+            mininterval=1.0,
+        )
         with bar:  # closed (its line ended) also when a signal stops the run, before the run says so
             for result, labels, seconds in run_dataset(
                 plan.model, plan.dataset, todo, plan.spec, num_classes=plan.num_classes, device=device

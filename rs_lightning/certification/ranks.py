@@ -117,9 +117,13 @@ class RankCertification(pl.LightningModule):
     def predict_step(self, position: tuple[int, int], batch_idx: int) -> None:
         part = Part(*position, own_file=True)
         certify_part(
-            self.plan, part, self.device, label=f"{self.plan.spec.mode} (rank 0 x {part.count} ranks)",
-            show_progress=part.index == 0, progress_scale=part.count,
-        )  # fmt: skip
+            self.plan,
+            part,
+            self.device,
+            label=f"{self.plan.spec.mode} (rank 0 x {part.count} ranks)",
+            show_progress=part.index == 0,
+            progress_scale=part.count,
+        )
 
     def teardown(self, stage: str) -> None:
         if self._rank_lock is not None:

@@ -1,11 +1,12 @@
 """``certify(cfg)``: CERTIFY (or PREDICT) a trained checkpoint on a test subset.
 
 The config becomes one validated :class:`~rs_lightning.certification.CertificationPlan` (:func:`plan_run`:
-every key checked, the model loaded, sigma, norm, noise and precision resolved, the inputs chosen) before any
-certification; :func:`rs_lightning.certification.execute` then runs it, writing ``certify.tsv`` row by row
-(resumable), ``settings.json``, ``summary.json`` and two PNG plots into ``output_dir``. ``checkpoint=null``
-certifies a parameter-free model (``model=constant``, Sun et al. 2025 Thm. 1) built from ``model=``,
-``data=`` and ``sigma=``.
+every key checked, the model loaded, the spec resolved with its facts — sigma, noise, norm, the sampler's
+settings: :func:`~rs_lightning.smoothing.resolve.resolve`, as the training callback does — and precision
+timed where ``auto``, the inputs chosen) before any certification; :func:`rs_lightning.certification.execute`
+then runs it, writing ``certify.tsv`` row by row (resumable), ``settings.json``, ``summary.json`` and two PNG
+plots into ``output_dir``. ``checkpoint=null`` certifies a parameter-free model (``model=constant``, Sun et
+al. 2025 Thm. 1) built from ``model=``, ``data=`` and ``sigma=``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch.multiprocessing.spawn import ProcessExitedException
 
 from rs_lightning.certification import CertificationPlan, OneProcess, Part, Ranks, execute
 from rs_lightning.certification.ranks import die_with_launcher, launcher_of_this_rank
+from rs_lightning.data.quantize import QuantizedDataset, first_off_grid
 from rs_lightning.data.subset import parse_shard, subset_indices
 from rs_lightning.interrupts import Interrupted, launcher_passes_signals_on, stop_at_once_on_signals
 from rs_lightning.models.checkpoint import (
@@ -44,9 +46,9 @@ from rs_lightning.models.published import FORMATS, NORMALIZATIONS, load_publishe
 from rs_lightning.runs import RunRecord, done_indices
 from rs_lightning.smoothing import CertificationSpec
 from rs_lightning.smoothing.auto import AUTO, fastest, label, supported_precisions
-from rs_lightning.smoothing.engine import check_norm_supported
-from rs_lightning.smoothing.pipeline import pipeline_of
+from rs_lightning.smoothing.pipeline import at_sigma
 from rs_lightning.smoothing.precision import check_precision_supported
+from rs_lightning.smoothing.resolve import ModelFacts, resolve
 from rs_lightning.smoothing.samplers import check_unused_settings
 from rs_lightning.validation import ConfigError, require_at_least, require_positive
 
@@ -61,6 +63,22 @@ from .common import (
 from .diffusion import with_diffusion
 
 
+def check_inputs_on_grid(spec, dataset, indices, datamodule) -> None:
+    """ConfigError before any work when the noise certifies inputs on the 8-bit grid only (lattice noise)
+    and one of the run's inputs is off it: never rounded silently."""
+    if not spec.certificate.distribution.grid_inputs:
+        return
+    if (off := first_off_grid(dataset, indices)) is not None:
+        raise ConfigError(
+            "quantize",
+            False,
+            f"true for noise={spec.noise} on {type(datamodule).__name__}",
+            f"input idx {off[0]} is off the 8-bit pixel grid k/255 (a pixel {off[1]:.3g} levels from one), "
+            "and lattice noise certifies inputs on the grid only; quantize=true rounds each input to it "
+            "(recorded in settings.json), noise=gaussian certifies the data as it is",
+        )
+
+
 def inputs_digest(dataset, indices) -> str:
     """SHA-256 of the certified inputs (each image's float32 bytes and its label, in idx order): two runs
     compare the same test inputs only if this agrees, whatever the dataset's name or path."""
@@ -70,28 +88,6 @@ def inputs_digest(dataset, indices) -> str:
         digest.update(np.ascontiguousarray(torch.as_tensor(x, dtype=torch.float32).numpy()).tobytes())
         digest.update(int(y).to_bytes(8, "little", signed=True))
     return digest.hexdigest()
-
-
-def resolve_sigma(cfg: DictConfig, train_sigma: float) -> float:
-    """The checkpoint's sigma, unless ``sigma=`` is given together with ``override_sigma=true``; ``sigma=``
-    for a checkpoint trained without noise (``train_sigma`` None, ``method=clean``)."""
-    if train_sigma is None:
-        if cfg.sigma is None:
-            raise ConfigError(
-                "sigma", None, "the noise level to certify at",
-                "the checkpoint's classifier was trained without noise (method=clean); pass e.g. sigma=0.25",
-            )  # fmt: skip
-        return float(cfg.sigma)
-    if cfg.sigma is None or float(cfg.sigma) == float(train_sigma):
-        return float(train_sigma)
-    if not cfg.override_sigma:
-        raise ConfigError(
-            "sigma",
-            cfg.sigma,
-            f"the checkpoint's training sigma {train_sigma}",
-            "To certify at another noise level, add override_sigma=true (it is recorded in settings.json)",
-        )
-    return float(cfg.sigma)
 
 
 def parameter_free_classifier(
@@ -136,26 +132,33 @@ def published_model_and_data(cfg: DictConfig, checkpoint: Path, device: torch.de
         )
     if cfg.get("sigma") is None:
         raise ConfigError(
-            "sigma", None, "the noise level the checkpoint was trained at",
+            "sigma",
+            None,
+            "the noise level the checkpoint was trained at",
             "published checkpoints do not record it; pass e.g. sigma=0.25",
-        )  # fmt: skip
+        )
     datamodule = instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup()
     model, meta = load_published(
-        checkpoint, cfg.checkpoint_format, plain(cfg.model) if cfg.get("model") is not None else None,
-        datamodule.input_shape, datamodule.num_classes, datamodule.mean, datamodule.std, map_location=device,
+        checkpoint,
+        cfg.checkpoint_format,
+        plain(cfg.model) if cfg.get("model") is not None else None,
+        datamodule.input_shape,
+        datamodule.num_classes,
+        datamodule.mean,
+        datamodule.std,
+        map_location=device,
         normalization=cfg.get("checkpoint_normalization"),
-    )  # fmt: skip
-    return model, meta, datamodule, float(cfg.sigma)
+    )
+    return model, meta, datamodule
 
 
 def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.device):
-    """``(model, meta, datamodule, sigma)`` from the checkpoint, or from ``model=``/``data=``/``sigma=`` for a
+    """``(model, meta, datamodule)`` from the checkpoint, or from ``model=``/``data=``/``sigma=`` for a
     parameter-free model when ``checkpoint=null``."""
     if checkpoint is None:
-        model, meta, datamodule = parameter_free_classifier(cfg, device)
-        return model, meta, datamodule, float(cfg.sigma)
+        return parameter_free_classifier(cfg, device)
     if cfg.get("checkpoint_format") is not None:
         return published_model_and_data(cfg, checkpoint, device)
     if cfg.get("model") is not None:
@@ -166,27 +169,28 @@ def load_model_and_data(cfg: DictConfig, checkpoint: Path | None, device: torch.
     require_fit(state, meta, checkpoint)  # on the meta device: the metadata fits the weights
     datamodule = checkpoint_datamodule(cfg, meta)  # its classes and input shape, before the model is built
     model = classifier_from_checkpoint(state, meta, checkpoint, map_location=device)
-    return model, meta, datamodule, resolve_sigma(cfg, meta.sigma)
+    return model, meta, datamodule
 
 
-def spec_from_config(cfg: DictConfig) -> CertificationSpec:
-    """The run's :class:`CertificationSpec` (sigma None until the checkpoint gives it, ``norm=null`` read as
-    l2 until :func:`resolve_norm`); validates each key."""
+def spec_request(cfg: DictConfig) -> dict:
+    """The config's values as a request for :func:`~rs_lightning.smoothing.resolve.resolve` (the spec's keys,
+    null = the model's, the samplers' nodes): ``auto`` precision and layout stand in as fp32 and contiguous
+    until :func:`resolve_auto` times them."""
     values = plain(cfg)
-    for key in ("norm", "noise"):  # null: resolved once the checkpoint is loaded
-        if values.get(key) is None:
-            values.pop(key, None)
     for key, placeholder in (("precision", "32"), ("channels_last", False)):  # auto: chosen once loaded
         if str(values.get(key)).lower() == AUTO:
             values[key] = placeholder
-    return CertificationSpec.from_dict(values)
+    return values
 
 
-def resolve_auto(cfg: DictConfig, spec: CertificationSpec, model, x: torch.Tensor, out: Path, device,
-                 num_classes: int) -> tuple[CertificationSpec, dict | None]:  # fmt: skip
+def resolve_auto(
+    cfg: DictConfig, spec: CertificationSpec, model, x: torch.Tensor, out: Path, device, num_classes: int
+) -> tuple[CertificationSpec, dict | None]:
     """``precision=auto`` / ``channels_last=auto``: the fastest candidate on this model and device
     (:mod:`rs_lightning.smoothing.auto`, timed on input ``x``), recorded with its timings as
-    ``settings.json``'s ``auto``; a resume keeps the folder's choice instead of timing again."""
+    ``settings.json``'s ``auto``; a resume keeps the folder's choice instead of timing again. A step after
+    :func:`~rs_lightning.smoothing.resolve.resolve` (and not part of it) because it runs the model: forward
+    passes on this device, which the training callback (explicit precision only) never makes."""
     wanted = {key: str(cfg.get(key)).lower() == AUTO for key in ("precision", "channels_last")}
     if not any(wanted.values()):
         return spec, None
@@ -207,29 +211,17 @@ def resolve_auto(cfg: DictConfig, spec: CertificationSpec, model, x: torch.Tenso
     ), chosen
 
 
-def resolve_norm(cfg: DictConfig, spec: CertificationSpec, model, meta: CheckpointMeta) -> CertificationSpec:
-    """``noise=null``: the checkpoint's training noise (Gaussian for checkpoints that predate the key,
-    published ones and parameter-free models). ``norm=null``: L∞ for a randomized pipeline (ARS certifies
-    only L∞), else the noise's own norm; an explicit norm and the noise must be ones the model's accounting
-    certifies (checked before any work)."""
-    if cfg.get("noise") is None:
-        norm = None if cfg.get("norm") is None else spec.norm
-        spec = dataclasses.replace(spec, noise=str(meta.noise), norm=norm)
-    pipeline = pipeline_of(model)
-    if cfg.get("norm") is None and pipeline is not None and spec.noise == "gaussian":
-        spec = dataclasses.replace(spec, norm=pipeline.norms[0])
-    check_norm_supported(model, spec.norm, spec.noise)
-    return spec
-
-
 def validate_certify_config(cfg: DictConfig) -> CertificationSpec:
-    """Check values that are easy to get wrong, before any work; returns the spec."""
-    spec = spec_from_config(cfg)
+    """Check values that are easy to get wrong, before any work; returns the spec as requested (the
+    model's keys at the defaults that stand in for them until :func:`plan_run` resolves it)."""
+    spec = CertificationSpec.from_dict(spec_request(cfg))
     check_unused_settings(plain(cfg), spec.sampling)  # the config lists the samplers' keys: ignored if set
     require_at_least("skip", cfg.skip, 1)
     require_at_least("start", cfg.start, 0)
     if cfg.radius_step is not None:
         require_positive("radius_step", cfg.radius_step)
+    if not isinstance(cfg.get("quantize", False), bool):
+        raise ConfigError("quantize", cfg.get("quantize"), "true or false")
     parse_shard(cfg.get("shard"))
     if cfg.get("checkpoint_format") is not None:
         if cfg.checkpoint_format not in FORMATS:
@@ -257,9 +249,13 @@ def certification_trainer(cfg_trainer: DictConfig) -> pl.Trainer:
     kwargs: dict[str, Any] = OmegaConf.to_container(cfg_trainer, resolve=False)  # type: ignore[assignment]
     kwargs = {k: v for k, v in kwargs.items() if k not in TRAINING_ONLY}
     kwargs.update(
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        use_distributed_sampler=False, precision="32-true",
-    )  # fmt: skip
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        precision="32-true",
+    )
     return pl.Trainer(**kwargs)
 
 
@@ -352,8 +348,10 @@ def resume_command(out: Path) -> str:
 
 def plan_run(cfg: DictConfig) -> CertificationPlan:
     """The run a ``certify.py`` config asks for, validated and resolved before any certification: the
-    spec, the model (loaded, on its device), the inputs, the output folder and its record, and the
-    processes that certify it."""
+    spec (the config's keys checked, then :func:`~rs_lightning.smoothing.resolve.resolve`'d with the
+    checkpoint's facts, then :func:`resolve_auto`), the model (loaded, on its device, certified at the
+    spec's σ without being changed: :func:`~rs_lightning.smoothing.pipeline.at_sigma`), the inputs, the
+    output folder and its record, and the processes that certify it."""
     spec = validate_certify_config(cfg)
     out = require_writable_dir(cfg.output_dir, "output_dir")
     processes = processes_of(cfg)
@@ -364,17 +362,18 @@ def plan_run(cfg: DictConfig) -> CertificationPlan:
         device, record_device, world_size = processes.device, processes.device, 1
     check_precision_supported(spec.precision, device)
     checkpoint = None if cfg.checkpoint is None else Path(cfg.checkpoint)
-    model, meta, datamodule, sigma = load_model_and_data(cfg, checkpoint, device)
-    model, meta = with_diffusion(cfg, model, meta, sigma, device)
-    spec = resolve_norm(cfg, spec.with_sigma(sigma), model, meta)
+    model, meta, datamodule = load_model_and_data(cfg, checkpoint, device)
     dim = math.prod(datamodule.input_shape)
-    spec = spec.resolved(dim)  # the sampler's settings that need sigma and d, checked and stored resolved
-    if pipeline_of(model) is not None:
-        pipeline_of(model).sigma = sigma  # the pipeline's accounting holds at any sigma
-    if hasattr(getattr(model, "denoiser", None), "sigma"):
-        model.denoiser.sigma = sigma  # a diffusion denoiser picks its timestep by the inputs' noise level
+    facts = ModelFacts.of(model, dim, train_sigma=meta.sigma, train_noise=meta.noise)
+    spec = resolve(spec_request(cfg), facts, override_sigma=bool(cfg.override_sigma))
+    sigma = spec.sigma
+    model, meta = with_diffusion(cfg, model, meta, sigma, device)
+    model = at_sigma(model, sigma)  # the checkpoint's model itself is left as it is
     dataset = datamodule.dataset(spec.split)
+    if cfg.get("quantize", False):
+        dataset = QuantizedDataset(dataset)
     indices = subset_indices(len(dataset), cfg.skip, cfg.start, cfg.max)
+    check_inputs_on_grid(spec, dataset, indices, datamodule)
     spec, auto = resolve_auto(cfg, spec, model, dataset[indices[0]][0], out, device, int(meta.num_classes))
     record = RunRecord(
         **spec.as_dict(),
@@ -390,6 +389,7 @@ def plan_run(cfg: DictConfig) -> CertificationPlan:
         method=meta.training_method,
         train_seed=meta.seed,
         inputs_sha256=inputs_digest(dataset, indices),
+        quantized=True if cfg.get("quantize", False) else None,
         data=datamodule.describe(),
         dim=dim,
         pipeline=meta.pipeline,

@@ -38,13 +38,17 @@ def with_diffusion(cfg: DictConfig, model, meta: CheckpointMeta, sigma: float, d
     openai = Path(folder).is_file()
     if openai and flags is None:
         raise ConfigError(
-            "diffusion_flags", None, "the flags of the openai model in this file",
+            "diffusion_flags",
+            None,
+            "the flags of the openai model in this file",
             "e.g. diffusion_flags=256x256_diffusion_uncond (presets in conf/diffusion_flags)",
-        )  # fmt: skip
+        )
     try:
         if openai:
-            config = {"_target_": f"{DiffusionDenoiser.__module__}.DiffusionDenoiser",
-                      "openai": OmegaConf.to_container(flags, resolve=True)}  # fmt: skip
+            config = {
+                "_target_": f"{DiffusionDenoiser.__module__}.DiffusionDenoiser",
+                "openai": OmegaConf.to_container(flags, resolve=True),
+            }
             denoiser = build_denoiser(config, meta.input_shape, str(folder))
             load_openai_weights(denoiser, folder)
             weights = Path(folder)
@@ -55,11 +59,18 @@ def with_diffusion(cfg: DictConfig, model, meta: CheckpointMeta, sigma: float, d
             weights = next(Path(folder).glob("**/diffusion_pytorch_model.safetensors"))
     except (ValueError, ImportError) as err:
         expected = (
-            "an openai improved/guided-diffusion state dict matching diffusion_flags" if openai
+            "an openai improved/guided-diffusion state dict matching diffusion_flags"
+            if openai
             else "a diffusers UNet2DModel folder (config.json and its safetensors weights)"
-        )  # fmt: skip
+        )
         raise ConfigError("diffusion", folder, expected, " ".join(str(err).split())) from err
-    record = {"model": config, "sigma": sigma, "objective": None, "diffusers": str(Path(folder).resolve()),
-              "diffusers_sha256": file_sha256(weights)}  # fmt: skip
+    record = {
+        "model": config,
+        "sigma": sigma,
+        "objective": None,
+        "diffusers": str(Path(folder).resolve()),
+        "diffusers_sha256": file_sha256(weights),
+    }
+    denoiser.sigma = float(sigma)  # built here for this run: its timestep is chosen by the certification σ
     model = DenoisedClassifier(denoiser.to(device).eval(), model)
     return model, dataclasses.replace(meta, denoiser=record)

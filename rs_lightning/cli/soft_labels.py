@@ -27,9 +27,10 @@ from rs_lightning.cpu_allocator import tune_cpu_allocator
 from rs_lightning.models.checkpoint import classifier_from_checkpoint, read_checkpoint, require_fit
 from rs_lightning.smoothing.engine import sample_counts
 from rs_lightning.smoothing.noise import Phase
+from rs_lightning.smoothing.pipeline import at_sigma
+from rs_lightning.smoothing.resolve import resolve_sigma
 from rs_lightning.validation import ConfigError, require_at_least
 
-from .certify import resolve_sigma
 from .common import checkpoint_datamodule, require_writable_dir, resolve_device
 
 
@@ -72,7 +73,8 @@ def soft_labels(cfg: DictConfig) -> dict:
     require_fit(state, meta, cfg.checkpoint)  # on the meta device: the metadata fits the weights
     dataset = checkpoint_datamodule(cfg, meta).dataset("train")  # its classes, before the model is built
     model = classifier_from_checkpoint(state, meta, cfg.checkpoint, map_location=device)
-    sigma = resolve_sigma(cfg, meta.sigma)
+    sigma = resolve_sigma(cfg.sigma, meta.sigma, bool(cfg.override_sigma))
+    model = at_sigma(model, sigma)  # a pipeline or diffusion denoiser at that sigma, the loaded one unchanged
     num_classes = int(meta.num_classes)
 
     torch.manual_seed(cfg.seed)  # the one augmentation draw per image

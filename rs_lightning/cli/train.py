@@ -47,19 +47,24 @@ def validate_train_config(cfg: DictConfig) -> None:
         if target not in registry:
             where = (
                 f"register it under the entry-point group {registry.group!r} of an installed package "
-                "(docs/training.md, \"Your own model\")" if registry.group
+                '(docs/training.md, "Your own model")'
+                if registry.group
                 else f"define the class in a module of rs_lightning/{key}/ (each one there is registered)"
-            )  # fmt: skip
+            )
             raise ConfigError(
-                f"{key}._target_", target, f"a registered {registry.kind}",
+                f"{key}._target_",
+                target,
+                f"a registered {registry.kind}",
                 f"certify.py rebuilds checkpoints only from registered classes; {where}",
-            )  # fmt: skip
+            )
     weights = cfg.model.get(WEIGHTS_KEY)
     if weights is not None and not Path(str(weights)).is_file():
         raise ConfigError(
-            f"model.{WEIGHTS_KEY}", str(weights), "an existing weights file",
+            f"model.{WEIGHTS_KEY}",
+            str(weights),
+            "an existing weights file",
             "a local .safetensors file or .pt/.pth state dict (no hub is contacted)",
-        )  # fmt: skip
+        )
     require_positive("sigma", cfg.sigma)
     _check_noise(cfg)
     require_share("on_nonfinite_loss_max_share", cfg.get("on_nonfinite_loss_max_share", 0.1))
@@ -121,9 +126,11 @@ def resume_checkpoint(cfg: DictConfig) -> tuple[str | None, dict | None]:
         for found, how in ((last, "ckpt_path=last"), (hpc, "ckpt_path=hpc")):
             if found is not None and found.exists():
                 raise ConfigError(
-                    "paths.output_dir", str(output_dir), "a folder without a training run",
+                    "paths.output_dir",
+                    str(output_dir),
+                    "a folder without a training run",
                     f"it holds {found}: resume it with {how}, or choose another folder",
-                )  # fmt: skip
+                )
         return None, None
     if ckpt_path == "last":
         if not last.exists():
@@ -133,16 +140,20 @@ def resume_checkpoint(cfg: DictConfig) -> tuple[str | None, dict | None]:
     elif ckpt_path == "hpc":
         if hpc is None:
             raise ConfigError(
-                "ckpt_path", "hpc", "a name with a checkpoint behind it",
+                "ckpt_path",
+                "hpc",
+                "a name with a checkpoint behind it",
                 f"there is no hpc_ckpt_<N>.ckpt in {hpc_folder(cfg)}; pass ckpt_path=last or a file",
-            )  # fmt: skip
+            )
         ckpt_path = str(hpc)
     elif str(ckpt_path) == "best" or str(ckpt_path).startswith("registry"):
         raise ConfigError(
-            "ckpt_path", ckpt_path, "last, hpc or a checkpoint file",
+            "ckpt_path",
+            ckpt_path,
+            "last, hpc or a checkpoint file",
             "Lightning resolves that name inside the fit, where it could not be checked against this run's "
             "settings first; pass the checkpoint file's path",
-        )  # fmt: skip
+        )
     checkpoint = check_training_checkpoint(ckpt_path)
     check_resume_matches(cfg, checkpoint, ckpt_path)
     check_epochs_left(cfg, checkpoint, ckpt_path)
@@ -175,10 +186,12 @@ def check_epochs_left(cfg: DictConfig, checkpoint: dict, ckpt_path: str) -> None
     done, wanted = trained_epochs(checkpoint), int(cfg.optim.max_epochs)
     if done > wanted:
         raise ConfigError(
-            "optim.max_epochs", wanted, f">= {done}, the epochs {ckpt_path} has already trained",
+            "optim.max_epochs",
+            wanted,
+            f">= {done}, the epochs {ckpt_path} has already trained",
             "a run cannot be shortened after the fact: certify an earlier epoch's checkpoint "
             "(epochNNN.ckpt), or train a new run with the shorter schedule in another folder",
-        )  # fmt: skip
+        )
     if done == wanted:
         print(f"{ckpt_path} has already trained optim.max_epochs={wanted} epochs: nothing left to train")
 

@@ -259,15 +259,19 @@ class RSDataModule(pl.LightningDataModule):
         values = [state_dict.get(k) for k in ("train_pass_seed", "train_batches_done", "train_batch_size")]
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in values) or values[1] < 0:
             raise ConfigError(
-                "ckpt_path", "the checkpoint", "a checkpoint written by train.py",
+                "ckpt_path",
+                "the checkpoint",
+                "a checkpoint written by train.py",
                 f"its data position {state_dict!r} is not three integers",
-            )  # fmt: skip
+            )
         seed, done, batch_size = values
         if batch_size != self.batch_size:
             raise ConfigError(
-                "data.batch_size", self.batch_size, f"{batch_size}, the batch size of the checkpoint",
+                "data.batch_size",
+                self.batch_size,
+                f"{batch_size}, the batch size of the checkpoint",
                 "it was taken inside an epoch, which goes on with the same batches",
-            )  # fmt: skip
+            )
         self._resume_pass = {"seed": seed, "batches_done": done}
         # Lightning warns that a plain loader restarts the epoch; this one goes on where it stopped
         warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")

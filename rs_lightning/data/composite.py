@@ -230,9 +230,11 @@ class CompositeDataModule(RSDataModule):
         if canvas % 8:
             low = canvas // 8 * 8
             raise ConfigError(
-                "data.canvas", canvas, "a multiple of 8 (the ARS mask UNet needs H and W divisible by 8)",
+                "data.canvas",
+                canvas,
+                "a multiple of 8 (the ARS mask UNet needs H and W divisible by 8)",
                 f"Use data.canvas={low} or data.canvas={low + 8}",
-            )  # fmt: skip
+            )
         for key, value in (("background", background), ("blend", blend), ("placement", placement)):
             if value not in CHOICES[key]:
                 raise ConfigError(f"data.{key}", value, " or ".join(CHOICES[key]))
@@ -343,9 +345,11 @@ class CompositeDataModule(RSDataModule):
         (c, h, w), k = self.source.input_shape, self.canvas
         if k < h or k < w:
             raise ConfigError(
-                "data.canvas", k, f"at least the object's size {h}x{w}",
+                "data.canvas",
+                k,
+                f"at least the object's size {h}x{w}",
                 f"A canvas smaller than the object cannot hold it: use data.canvas>={-(-max(h, w) // 8) * 8}",
-            )  # fmt: skip
+            )
         self.num_classes, self.class_names = self.source.num_classes, list(self.source.class_names)
         self.input_shape = (c, k, k)
         need_pool = self.background == "clutter" or self.source.mean is None or self.source.std is None

@@ -55,15 +55,19 @@ def load_pa_file(path: str | Path, num_train: int) -> np.ndarray:
         raise ConfigError("method.discard_pa_file", str(path), expected, str(err)) from err
     if array.size != num_train or not np.issubdtype(array.dtype, np.number):
         raise ConfigError(
-            "method.discard_pa_file", str(path), expected,
+            "method.discard_pa_file",
+            str(path),
+            expected,
             f"it holds {array.dtype} of shape {list(array.shape)} for a training set of {num_train}",
-        )  # fmt: skip
+        )
     array = array.astype(np.float64).reshape(-1)
     if not np.all((array >= 0) & (array <= 1)):
         raise ConfigError(
-            "method.discard_pa_file", str(path), expected,
+            "method.discard_pa_file",
+            str(path),
+            expected,
             f"its values span [{array.min()}, {array.max()}] (counts instead of shares?)",
-        )  # fmt: skip
+        )
     return array
 
 
@@ -94,9 +98,16 @@ def true_label_hits(
     for x, y in loader:
         x, y = x.to(device), torch.as_tensor(y, device=device)
         counts = sample_counts(
-            model, x, indices[start : start + len(x)], phase=Phase.ESTIMATION, num_samples=num_samples,
-            sigma=sigma, num_classes=num_classes, batch_size=batch_size, seed=seed,
-        )  # fmt: skip
+            model,
+            x,
+            indices[start : start + len(x)],
+            phase=Phase.ESTIMATION,
+            num_samples=num_samples,
+            sigma=sigma,
+            num_classes=num_classes,
+            batch_size=batch_size,
+            seed=seed,
+        )
         hits.append(counts.gather(1, y[:, None]).squeeze(1))
         start += len(x)
     return torch.cat(hits) if hits else torch.zeros(0, dtype=torch.long, device=device)
@@ -136,10 +147,12 @@ def require_before_end(trainer: pl.Trainer, key: str, epoch: int) -> None:
         return
     if epoch >= max_epochs:
         raise ConfigError(
-            key, epoch, f"< trainer.max_epochs = {max_epochs}",
+            key,
+            epoch,
+            f"< trainer.max_epochs = {max_epochs}",
             f"The recipe would never act: pass e.g. {key}={max_epochs // 2} "
             "(the paper's E_ds is set for its 150-epoch CIFAR-10 schedule)",
-        )  # fmt: skip
+        )
 
 
 # ------------------------------------------------------------------------------------------ the callback
@@ -202,9 +215,11 @@ class ACRCuration(pl.Callback):
         require_at_least("method.reweight_samples", reweight_samples, 1)
         if reweight and not radius_weights(0.0, reweight_samples) > 0:
             raise ConfigError(
-                "method.reweight_samples", reweight_samples, "a budget giving every weight > 0 (e.g. 16)",
+                "method.reweight_samples",
+                reweight_samples,
+                "a budget giving every weight > 0 (e.g. 16)",
                 "with so few draws the clipped Clopper-Pearson radius of a p_hat = 0.75 input is <= 0",
-            )  # fmt: skip
+            )
         require_at_least("method.reweight_every", reweight_every, 1)
         require_at_least("method.estimate_batch_size", estimate_batch_size, 1)
         if discard_pa_file is not None:
@@ -249,10 +264,11 @@ class ACRCuration(pl.Callback):
             or not hasattr(datamodule, "dataset")
         ):
             raise ConfigError(
-                "method.discard_hard" if self.discard_hard else "method.reweight", True,
+                "method.discard_hard" if self.discard_hard else "method.reweight",
+                True,
                 "used with an rs-lightning data module",
                 "the method resamples the training set via RSDataModule.train_sampler",
-            )  # fmt: skip
+            )
         num_train = len(datamodule.dataset("train"))
         if self.sampler is None or self.sampler.num_samples != num_train:
             self.sampler = ResamplingSampler(
@@ -307,11 +323,17 @@ class ACRCuration(pl.Callback):
         seed = int(np.random.SeedSequence([module.noise_seed, epoch, num_samples]).generate_state(1)[0])
         with frozen_eval(module.model):
             hits = true_label_hits(
-                module.model, datamodule.dataset("train"), indices[rank::world], num_samples=num_samples,
-                sigma=module.sigma, num_classes=int(datamodule.num_classes),
-                batch_size=self.estimate_batch_size, seed=seed, device=module.device,
+                module.model,
+                datamodule.dataset("train"),
+                indices[rank::world],
+                num_samples=num_samples,
+                sigma=module.sigma,
+                num_classes=int(datamodule.num_classes),
+                batch_size=self.estimate_batch_size,
+                seed=seed,
+                device=module.device,
                 num_workers=getattr(datamodule, "num_workers", 0),
-            )  # fmt: skip
+            )
         length = -(-len(indices) // world)
         padded = torch.full((length,), -1, dtype=torch.long, device=module.device)
         padded[: len(hits)] = hits
@@ -327,10 +349,12 @@ class ACRCuration(pl.Callback):
         kept = np.flatnonzero(p_hat >= self.discard_threshold)
         if len(kept) == 0:
             raise ConfigError(
-                "method.discard_threshold", self.discard_threshold, "reached by some training input",
+                "method.discard_threshold",
+                self.discard_threshold,
+                "reached by some training input",
                 f"at epoch {epoch} no training input has p_hat >= tau (max {p_hat.max():.3f}); lower "
                 "method.discard_threshold or train longer first (method.ds_epoch)",
-            )  # fmt: skip
+            )
         self.sampler.set_subset(kept)
         self._discarded = True
         self._stats.update(kept_inputs=len(kept), discarded_inputs=total - len(kept))

@@ -98,8 +98,13 @@ class ACRGaming(SmoothingMethod):
         if self.attack_active:
             with frozen_eval(self.model):  # one row per copy: row j·B + b is copy j of image b
                 noise = sphere_noise_pgd(
-                    self.model, copy_rows(x, m), noise.flatten(0, 1), y.repeat(m),
-                    steps=self.attack_steps, step_size=self.attack_step_size, copies=m,
-                ).view_as(noise)  # fmt: skip
+                    self.model,
+                    copy_rows(x, m),
+                    noise.flatten(0, 1),
+                    y.repeat(m),
+                    steps=self.attack_steps,
+                    step_size=self.attack_step_size,
+                    copies=m,
+                ).view_as(noise)
         logits, _ = self.noisy_logits(x, noise=noise)
         return copies_ce(logits, y)

@@ -78,9 +78,13 @@ class AdaptiveRS(SmoothingMethod):
     def _build(self, input_shape: tuple[int, ...]) -> None:
         self.mask = build_mask(self.mode, input_shape, self.mask_width)
         pipeline = AdaptiveSmoothing(
-            self.model, sigma=self.sigma, input_shape=input_shape, mode=self.mode, mask=self.mask,
+            self.model,
+            sigma=self.sigma,
+            input_shape=input_shape,
+            mode=self.mode,
+            mask=self.mask,
             first_query_budget_frac=self.first_query_budget_frac,
-        )  # fmt: skip
+        )
         object.__setattr__(self, "_pipeline", pipeline)  # not a submodule: its parts already are
         if not self.train_classifier:
             self.model.requires_grad_(False)

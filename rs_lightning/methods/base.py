@@ -68,10 +68,12 @@ def check_training_noise(method: type, noise: str, settings: Mapping | None = No
     Certificate(noise)  # an unknown noise: one line naming the known ones
     if noise not in method.noises:
         raise ConfigError(
-            "noise", noise, " or ".join(method.noises) + f" for method {method.__name__}",
+            "noise",
+            noise,
+            " or ".join(method.noises) + f" for method {method.__name__}",
             "its loss, attack or accounting assumes Gaussian noise; train another noise with method=gaussian "
             "or method=consistency",
-        )  # fmt: skip
+        )
     method.check_noise_settings(noise, settings or {})
 
 
@@ -178,12 +180,12 @@ class SmoothingMethod(pl.LightningModule):
         return self._train_generator
 
     def training_noise(self, like: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """The training noise shaped like ``like``: ``sigma * N(0, I)``, or λ times standard Laplace/uniform
-        noise with λ giving standard deviation ``sigma``: the noise certification draws
-        (:meth:`~rs_lightning.smoothing.noises.Noise.sample`)."""
+        """The training noise shaped like ``like``: ``sigma * N(0, I)``, λ times standard Laplace/uniform
+        noise with λ giving standard deviation ``sigma``, or lattice offsets j/255: the noise certification
+        draws (:meth:`~rs_lightning.smoothing.noises.Noise.scaled`)."""
         gen = generator or self.noise_generator
         noise = noise_of(self.noise)
-        return noise.scale(self.sigma) * noise.sample(like.shape, gen, like.device, like.dtype)
+        return noise.scaled(like.shape, gen, like.device, like.dtype, self.sigma)
 
     def draw_noise(self, x: torch.Tensor, m: int) -> torch.Tensor:
         """m draws ``sigma * N(0, I)`` per image of ``x`` ``(B, ...)``, copy-major ``(m, B, ...)``:
@@ -407,9 +409,11 @@ class SmoothingMethod(pl.LightningModule):
             source = (self._trainer.ckpt_path if self._trainer is not None else None) or "the checkpoint"
             if not isinstance(checkpoint.get(CHECKPOINT_KEY), dict):
                 raise ConfigError(
-                    "ckpt_path", str(source), "a training checkpoint written by train.py",
+                    "ckpt_path",
+                    str(source),
+                    "a training checkpoint written by train.py",
                     f"it has no {CHECKPOINT_KEY!r} metadata",
-                )  # fmt: skip
+                )
             saved = CheckpointMeta.from_dict(checkpoint[CHECKPOINT_KEY])
             check_resumable(saved, self.checkpoint_meta(), source)
         state = checkpoint.get("rs_lightning_noise_state")

@@ -108,9 +108,11 @@ class CATRS(SmoothingMethod):
             require_at_least("method.eps_double_epoch", eps_double_epoch, 0)
         if confidence_mask and soft_labels is None:
             raise ConfigError(
-                "method.confidence_mask", True, "false when method.soft_labels is null",
+                "method.confidence_mask",
+                True,
+                "false when method.soft_labels is null",
                 f"p_b[y] needs the pre-trained soft labels; {MAKE_SOFT_LABELS}",
-            )  # fmt: skip
+            )
         if soft_labels is not None and not Path(soft_labels).is_file():
             raise ConfigError(
                 "method.soft_labels", soft_labels, "an existing .npy file or null", MAKE_SOFT_LABELS
@@ -135,18 +137,22 @@ class CATRS(SmoothingMethod):
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.soft_labels is None and not self.allow_onehot:
             raise ConfigError(
-                "method.soft_labels", None, "the pre-trained model's soft labels (a .npy file)",
+                "method.soft_labels",
+                None,
+                "the pre-trained model's soft labels (a .npy file)",
                 f"CAT-RS without them is a different method; {MAKE_SOFT_LABELS}, or pass "
                 "method.allow_onehot=true to train with one-hot targets (a deviation from the paper)",
-            )  # fmt: skip
+            )
         if stage != "fit" or self.soft_labels is None or self._soft is not None:
             return
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None or not hasattr(datamodule, "dataset"):
             raise ConfigError(
-                "method.soft_labels", self.soft_labels, "used with an rs-lightning data module",
+                "method.soft_labels",
+                self.soft_labels,
+                "used with an rs-lightning data module",
                 "its training-set size and class count are checked against the file",
-            )  # fmt: skip
+            )
         self.attach_soft_labels(len(datamodule.dataset("train")), int(datamodule.num_classes))
 
     def soft_targets(self, y: torch.Tensor, index: torch.Tensor | None, num_classes: int) -> torch.Tensor:
@@ -186,9 +192,14 @@ class CATRS(SmoothingMethod):
         low = bottom_k_sum(ce, k) / m
         with frozen_eval(self.model):  # one row per copy: row i·B + b is copy i of image b
             noise_adv = kl_noise_pgd(
-                self.model, copy_rows(x, m), noise0.flatten(0, 1), copy_rows(target, m),
-                epsilon=self.current_epsilon, steps=self.num_steps, copies=m,
-            ).view_as(noise0)  # fmt: skip
+                self.model,
+                copy_rows(x, m),
+                noise0.flatten(0, 1),
+                copy_rows(target, m),
+                epsilon=self.current_epsilon,
+                steps=self.num_steps,
+                copies=m,
+            ).view_as(noise0)
         high = soft_kl(self.noisy_logits(x, noise=noise_adv)[0], target).amax(dim=0)
         full = (k == m).to(high.dtype)
         if self._trainer is not None:

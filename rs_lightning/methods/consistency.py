@@ -61,9 +61,11 @@ class Consistency(SmoothingMethod):
         epsilon = settings.get("epsilon")
         if epsilon is not None and noise != "gaussian":
             raise ConfigError(
-                "method.epsilon", epsilon, f"null with noise={noise}",
+                "method.epsilon",
+                epsilon,
+                f"null with noise={noise}",
                 "its SmoothAdv attack is an L2 PGD, while that noise certifies L1 radii",
-            )  # fmt: skip
+            )
 
     def __init__(
         self,

@@ -101,10 +101,12 @@ class DenoiserTraining(SmoothingMethod):
             self.denoiser.sigma = self.sigma
         if self.objective == "ddpm" and not hasattr(self.denoiser, "ddpm_loss"):
             raise ConfigError(
-                "method.objective", "ddpm", "mse, stability or classification for this denoiser",
+                "method.objective",
+                "ddpm",
+                "mse, stability or classification for this denoiser",
                 f"ddpm trains a diffusion model (rs_lightning.models.diffusion.DiffusionDenoiser), not a "
                 f"{type(self.denoiser).__name__}",
-            )  # fmt: skip
+            )
         check_denoiser_output(self.denoiser, input_shape, "method.denoiser")
         object.__setattr__(self, "_denoised", DenoisedClassifier(self.denoiser, self.model))
 
@@ -128,10 +130,12 @@ class DenoiserTraining(SmoothingMethod):
             self._load_classifier(str(self.classifier_checkpoint))
         elif self.metadata is not None and not (self.metadata.model or {}).get(WEIGHTS_KEY):
             raise ConfigError(
-                "method.classifier_checkpoint", None, "a train.py checkpoint of the classifier f",
+                "method.classifier_checkpoint",
+                None,
+                "a train.py checkpoint of the classifier f",
                 "or give f's weights as model.weights=<file>: a denoiser is trained in front of a trained "
                 "classifier, not a randomly initialized one",
-            )  # fmt: skip
+            )
         if self.denoiser_checkpoint:
             self._load_denoiser(str(self.denoiser_checkpoint))
         self._loaded = True

@@ -75,9 +75,11 @@ class MACER(SmoothingMethod):
     def on_fit_start(self) -> None:
         if self.deferred_epochs == DEFER_UNTIL_LR_DROP and self.scheduler_factory is None:
             raise ConfigError(
-                "method.deferred_epochs", DEFER_UNTIL_LR_DROP, "an epoch count when optim.scheduler is null",
+                "method.deferred_epochs",
+                DEFER_UNTIL_LR_DROP,
+                "an epoch count when optim.scheduler is null",
                 "without a scheduler the LR never drops, so lambda would stay 0",
-            )  # fmt: skip
+            )
 
     def robustness_weight(self) -> float:
         """λ now: 0 until the first LR drop (``deferred_epochs="lr_drop"``) or while the 0-based epoch is

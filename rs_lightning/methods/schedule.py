@@ -26,9 +26,11 @@ def epoch_offset(value) -> int:
     """``optim.scheduler_epoch_offset`` as an int; a one-line :class:`ConfigError` for anything else."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(
-            "optim.scheduler_epoch_offset", value, "an integer (0, 1 or -1)",
+            "optim.scheduler_epoch_offset",
+            value,
+            "an integer (0, 1 or -1)",
             "1 = the reference calls scheduler.step(epoch) after each epoch (drops land one epoch later)",
-        )  # fmt: skip
+        )
     return int(value)
 
 

@@ -48,9 +48,11 @@ def query_sigmas(sigma: float, budget_frac: float) -> tuple[float, float]:
         valid = False
     if not valid:
         raise ConfigError(
-            "method.first_query_budget_frac", budget_frac, "in the open interval (0, 1)",
+            "method.first_query_budget_frac",
+            budget_frac,
+            "in the open interval (0, 1)",
             "the share f of the privacy budget spent on the first query (reference 0.5)",
-        )  # fmt: skip
+        )
     return sigma / math.sqrt(budget_frac), sigma / math.sqrt(1.0 - budget_frac)
 
 
@@ -167,15 +169,23 @@ def build_mask(mode: str, input_shape: Sequence[int], mask_width: int = 32) -> n
 
 
 def pipeline_from_checkpoint(
-    classifier: nn.Module, settings: Mapping, state: Mapping[str, torch.Tensor], *, sigma: float,
+    classifier: nn.Module,
+    settings: Mapping,
+    state: Mapping[str, torch.Tensor],
+    *,
+    sigma: float,
     input_shape: Sequence[int],
-) -> AdaptiveSmoothing:  # fmt: skip
+) -> AdaptiveSmoothing:
     """The pipeline a checkpoint's ``pipeline`` metadata describes, with its ``mask.*`` weights loaded."""
     mode = str(settings.get("mode"))
     mask = build_mask(mode, input_shape, int(settings.get("mask_width", 32)))
     if mask is not None:
         mask.load_state_dict({k.removeprefix("mask."): v for k, v in state.items() if k.startswith("mask.")})
     return AdaptiveSmoothing(
-        classifier, sigma=sigma, input_shape=input_shape, mode=mode, mask=mask,
+        classifier,
+        sigma=sigma,
+        input_shape=input_shape,
+        mode=mode,
+        mask=mask,
         first_query_budget_frac=float(settings.get("first_query_budget_frac", 0.5)),
-    )  # fmt: skip
+    )

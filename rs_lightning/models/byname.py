@@ -89,9 +89,11 @@ class TorchvisionModel(_LibraryModel):
         classifiers = models.list_models(module=models)
         if str(name) not in classifiers:
             raise ConfigError(
-                "model.name", name, "a torchvision classification model",
+                "model.name",
+                name,
+                "a torchvision classification model",
                 f"one of {', '.join(classifiers[:8])}, … (see torchvision.models.list_models())",
-            )  # fmt: skip
+            )
         c, _, _ = chw(input_shape)
         if c not in (1, 3):
             raise ConfigError("data", f"{c} channels", "3 or 1 channels for a torchvision model")

@@ -311,9 +311,12 @@ def classifier_from_checkpoint(
             from .ars import pipeline_from_checkpoint
 
             model = pipeline_from_checkpoint(
-                model, pipeline, checkpoint["state_dict"], sigma=float(meta.sigma),
+                model,
+                pipeline,
+                checkpoint["state_dict"],
+                sigma=float(meta.sigma),
                 input_shape=tuple(meta.input_shape),
-            )  # fmt: skip
+            )
     except RuntimeError as err:
         raise CheckpointError(f"{_misfit(path, meta)}: {' '.join(str(err).split())}") from err
     except (ValueError, TypeError) as err:  # only the pipeline's settings get here (the net exists)

@@ -138,6 +138,8 @@ def check_denoiser_output(denoiser: nn.Module, input_shape: Sequence[int], key: 
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, *shape):
         got = tuple(out.shape[1:]) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ConfigError(
-            key, type(denoiser).__name__, f"a denoiser whose output has the input's shape {shape}",
+            key,
+            type(denoiser).__name__,
+            f"a denoiser whose output has the input's shape {shape}",
             f"it gives {got}, which the classifier cannot read",
-        )  # fmt: skip
+        )

@@ -62,8 +62,8 @@ def one_shot_timestep(alphas_cumprod: torch.Tensor, sigma: float) -> int:
 
 
 class DiffusionDenoiser(nn.Module):
-    """D(x̃) by one denoising step of a DDPM (module docstring), at the noise level :attr:`sigma` (set by the
-    method, the checkpoint loader or certify.py: the σ of the noisy inputs).
+    """D(x̃) by one denoising step of a DDPM (module docstring), at the noise level :attr:`sigma` (the σ of the
+    noisy inputs, set where it is built: by the method, the checkpoint loader or certify.py's ``diffusion=``).
 
     Args:
         input_shape: (C, H, W) of the images; the UNet's ``sample_size`` is H (H = W).
@@ -77,6 +77,10 @@ class DiffusionDenoiser(nn.Module):
             improved-diffusion scripts default it to true, guided-diffusion's to false) instead of ``unet``,
             ``schedule`` and ``learn_sigma``.
     """
+
+    follows_sigma = True
+    """Its timestep is chosen by the σ it is certified at (:func:`~rs_lightning.smoothing.pipeline.at_sigma`
+    certifies a copy at another σ than its training one)."""
 
     def __init__(
         self,
@@ -178,8 +182,12 @@ def openai_model(flags: Mapping[str, Any], input_shape: Sequence[int]) -> tuple[
     steps = int(flags.get("diffusion_steps", 1000))
     kind = flags.get("noise_schedule", "linear")
     if kind == "linear":
-        schedule = {"num_train_timesteps": steps, "beta_start": 1e-4 * 1000 / steps,
-                    "beta_end": 0.02 * 1000 / steps, "beta_schedule": "linear"}  # fmt: skip
+        schedule = {
+            "num_train_timesteps": steps,
+            "beta_start": 1e-4 * 1000 / steps,
+            "beta_end": 0.02 * 1000 / steps,
+            "beta_schedule": "linear",
+        }
     elif kind == "cosine":
         schedule = {"num_train_timesteps": steps, "beta_schedule": "squaredcos_cap_v2"}
     else:
@@ -239,9 +247,10 @@ def diffusers_config(folder: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path} describes a {config.get('_class_name')}, not a UNet2DModel")
     out, channels = config.get("out_channels"), config.get("in_channels")
     unet = {
-        k: v for k, v in config.items()
+        k: v
+        for k, v in config.items()
         if not k.startswith("_") and k not in ("sample_size", "in_channels", "out_channels")
-    }  # fmt: skip
+    }
     schedule = dict(LINEAR_SCHEDULE)
     scheduler_path = folder / "scheduler" / "scheduler_config.json"
     if scheduler_path.is_file():
@@ -249,8 +258,10 @@ def diffusers_config(folder: str | Path) -> dict[str, Any]:
         schedule = {k: stored[k] for k in LINEAR_SCHEDULE if k in stored}
     return {
         "_target_": f"{DiffusionDenoiser.__module__}.{DiffusionDenoiser.__qualname__}",
-        "unet": unet, "schedule": schedule, "learn_sigma": bool(out == 2 * channels),
-    }  # fmt: skip
+        "unet": unet,
+        "schedule": schedule,
+        "learn_sigma": bool(out == 2 * channels),
+    }
 
 
 def load_diffusers_weights(denoiser: DiffusionDenoiser, folder: str | Path) -> None:

@@ -13,11 +13,19 @@ if TYPE_CHECKING:
 
 RESUME_MUST_MATCH = ("sigma", "noise", "seed", "method", "model", "data", "optim")
 """What a resumed training run must share with its checkpoint (but :data:`RESUME_MAY_CHANGE`): the weights
-and optimizer state were trained under them, and the resumed run writes them into every new checkpoint."""
+and optimizer state were trained under them, and the resumed run writes them into every new checkpoint. A
+contract of training, over the checkpoint's metadata (``CheckpointMeta``), not the certification spec's: a
+certification run's resume keys are its spec's protocol and identity keys (``RunRecord.identity``)."""
 RESUME_MAY_CHANGE = (
-    "optim.max_epochs", "data.num_workers", "data.val_batch_size", "data.root", "data.path",
-    "data.source.root", "data.source.path", "data.background_dir",
-)  # fmt: skip
+    "optim.max_epochs",
+    "data.num_workers",
+    "data.val_batch_size",
+    "data.root",
+    "data.path",
+    "data.source.root",
+    "data.source.path",
+    "data.background_dir",
+)
 
 
 def _flat(tree: Any, prefix: str = "") -> dict:
@@ -37,9 +45,10 @@ def resume_differences(saved: CheckpointMeta, now: CheckpointMeta) -> list[tuple
     flat = [_flat({key: getattr(meta, key) for key in RESUME_MUST_MATCH}) for meta in (saved, now)]
     keys = sorted(set(flat[0]) | set(flat[1]))
     return [
-        (key, flat[0].get(key), flat[1].get(key)) for key in keys
+        (key, flat[0].get(key), flat[1].get(key))
+        for key in keys
         if flat[0].get(key) != flat[1].get(key) and not key.startswith(RESUME_MAY_CHANGE)
-    ]  # fmt: skip
+    ]
 
 
 def check_resumable(saved: CheckpointMeta, now: CheckpointMeta, ckpt_path: Any) -> None:
@@ -49,7 +58,9 @@ def check_resumable(saved: CheckpointMeta, now: CheckpointMeta, ckpt_path: Any) 
     if differ:
         shown = "; ".join(f"{k}: checkpoint {a!r}, now {b!r}" for k, a, b in differ[:4])
         raise ConfigError(
-            "ckpt_path", str(ckpt_path), "a checkpoint of the same run",
+            "ckpt_path",
+            str(ckpt_path),
+            "a checkpoint of the same run",
             f"it was trained with other settings ({shown}{' …' if len(differ) > 4 else ''}); resume with "
             "the checkpoint's settings or start a new run in another folder",
-        )  # fmt: skip
+        )

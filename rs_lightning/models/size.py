@@ -88,7 +88,9 @@ def require_trainable_size(
     if free is not None and need > free:
         parameters = sum(p.numel() for p in net.parameters())
         raise ConfigError(
-            key, value, f"an architecture whose training state fits in the {gib(free)} available on {device}",
+            key,
+            value,
+            f"an architecture whose training state fits in the {gib(free)} available on {device}",
             f"Its weights take {gib(weights)} ({parameters:,} parameters), about {gib(need)} to train "
             f"(x{TRAINING_FACTOR}: weights, gradients, optimizer state); choose smaller layer sizes",
-        )  # fmt: skip
+        )

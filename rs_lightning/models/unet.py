@@ -68,10 +68,11 @@ class MaskUNet(nn.Module):
         if h % 8 or w % 8 or min(h, w) < 16:
             near = " x ".join(str(max(16, -8 * (-v // 8))) for v in (h, w))  # rounded up: objects still fit
             raise ConfigError(
-                "input_shape", [c, h, w],
+                "input_shape",
+                [c, h, w],
                 "H and W multiples of 8 and >= 16 for the ARS mask UNet (3 stride-2 levels, reflect padding)",
                 f"use a canvas of at least {near} pixels (e.g. data=cluttered_mnist data.canvas=...)",
-            )  # fmt: skip
+            )
         if isinstance(width, bool) or int(width) != width or width < 1:
             raise ConfigError("method.mask_width", width, "an integer >= 1")
         k = int(width)

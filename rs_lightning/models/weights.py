@@ -79,9 +79,10 @@ def load_weights(net: nn.Module, path: str | os.PathLike, key: str = "model.weig
         if unexpected:
             parts.append(f"{len(unexpected)} are not the model's (first {unexpected[0]})")
         raise _refuse(
-            key, path,
+            key,
+            path,
             f"its weights are for another architecture than {type(target).__name__}: {'; '.join(parts)}",
-        )  # fmt: skip
+        )
     bad = next((k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
     if bad is not None:
         raise _refuse(key, path, f"its tensor {bad} holds NaN or infinite values")

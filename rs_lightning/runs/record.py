@@ -7,12 +7,13 @@ import dataclasses
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from rs_lightning.smoothing.certificate import L2
 from rs_lightning.smoothing.samplers import SAMPLERS
-from rs_lightning.smoothing.spec import PROTOCOL_KEYS, CertificationSpec
+from rs_lightning.smoothing.spec import IDENTITY, PROTOCOL_KEYS, CertificationSpec
 from rs_lightning.validation import unreadable_format
 
 from .format import FINGERPRINT_LENGTH, ResultFileError
@@ -29,19 +30,22 @@ its :attr:`~rs_lightning.smoothing.samplers.base.Sampler.added_later` values."""
 
 
 SETTINGS_ADDED_LATER = {
-    "mode": "certify", "precision": "32", "sampling": "cohen", "noise": "gaussian", "norm": L2,
-}  # fmt: skip
+    "mode": "certify",
+    "precision": "32",
+    "sampling": "cohen",
+    "noise": "gaussian",
+    "norm": L2,
+}
 """Values of protocol keys that runs recorded before the keys existed had implicitly (every such run was an
 fp32 CERTIFY with Cohen's sampling of Gaussian L2 radii)."""
 
 
+UNSET_UNFINGERPRINTED = ("quantized",)
+"""Identity keys added after rows had fingerprints: left out of the fingerprint while unset (None), so every
+run that does not set them keeps the fingerprint it had before they existed."""
+
 _FORMAT1_SAMPLER_KEYS = ("iss", "sequential")
 """The keys format 1 stored the samplers' settings under, each null unless that sampler ran."""
-
-
-IDENTITY_KEYS = ("sigma", "checkpoint_sha256", "model", "data", "device")
-"""With the spec's protocol keys: what a resume must match (what the rows were certified of, and the
-device type, whose noise generators differ: CPU and CUDA rows would not come from one stream)."""
 
 
 def _check_format(values, source: str) -> None:
@@ -51,43 +55,43 @@ def _check_format(values, source: str) -> None:
         raise ResultFileError(f"{source} has {why}; update rs-lightning")
 
 
-@dataclass(frozen=True)
-class RunRecord:
-    """What a certification run records in ``settings.json``: the values of its
-    :class:`~rs_lightning.smoothing.spec.CertificationSpec` (in the spec's order), then the model, inputs and
-    devices it certified; None = not recorded. Its one stored form is :meth:`to_dict` (:meth:`write`), its
-    one reading :meth:`from_dict` (:meth:`read`), which fills in what earlier versions lacked
-    (:data:`RUN_FORMAT`)."""
+SpecRecord = dataclasses.make_dataclass(
+    "SpecRecord",
+    [(f.name, Any, dataclasses.field(default=None, metadata=f.metadata)) for f in fields(CertificationSpec)],
+    frozen=True,
+    namespace={"__module__": __name__},
+)
+SpecRecord.__doc__ = """The values of a :class:`~rs_lightning.smoothing.spec.CertificationSpec` as a run
+records them: its fields, in its order, each None where not recorded (``sampler`` a dict of the sampler's
+settings, ``{}`` for one without). Built from the spec's fields (with their metadata: help, role), so a key
+added to the spec is recorded without a second declaration."""
 
-    sigma: float | None = None
-    n0: int | None = None
-    n: int | None = None
-    alpha: float | None = None
-    seed: int | None = None
-    batch_size: int | None = None
-    split: str | None = None
-    noise_block: int | None = None
-    mode: str | None = None
-    precision: str | None = None
-    channels_last: bool | None = None
-    compile: bool | None = None
-    sampling: str | None = None
-    sampler: dict | None = None  # the sampler's settings ({}: it has none)
-    norm: str | None = None
-    noise: str | None = None
+_IDENTITY = {"role": IDENTITY}
+
+
+@dataclass(frozen=True)
+class RunRecord(SpecRecord):
+    """What a certification run records in ``settings.json``: the values of its
+    :class:`~rs_lightning.smoothing.spec.CertificationSpec` (:class:`SpecRecord`, in the spec's order), then
+    the model, inputs and devices it certified; None = not recorded. Its one stored form is :meth:`to_dict`
+    (:meth:`write`), its one reading :meth:`from_dict` (:meth:`read`), which fills in what earlier versions
+    lacked (:data:`RUN_FORMAT`). A field of role ``identity`` (as σ in the spec) is one a resume must match
+    (:data:`IDENTITY_KEYS`)."""
+
     train_sigma: float | None = None  # the checkpoint's sigma (None: published or parameter-free)
     train_noise: str | None = None
     sigma_overridden: bool | None = None
-    device: str | None = None  # the device type (cpu, cuda), whose noise generators differ
+    device: str | None = field(default=None, metadata=_IDENTITY)  # the device type (cpu, cuda)
     tf32: dict | None = None
     subset: dict | None = None  # skip, start, max, num_inputs
     checkpoint: str | None = None
-    checkpoint_sha256: str | None = None
-    model: dict | None = None
+    checkpoint_sha256: str | None = field(default=None, metadata=_IDENTITY)
+    model: dict | None = field(default=None, metadata=_IDENTITY)
     method: str | None = None  # the training method's class name
     train_seed: int | None = None
     inputs_sha256: str | None = None
-    data: dict | None = None  # the data module's describe()
+    quantized: bool | None = field(default=None, metadata=_IDENTITY)  # quantize=true: inputs rounded to k/255
+    data: dict | None = field(default=None, metadata=_IDENTITY)  # the data module's describe()
     dim: int | None = None  # input coordinates d = C*H*W
     pipeline: dict | None = None  # a randomized pipeline's settings (ARS)
     denoiser: dict | None = None  # denoised smoothing: the denoiser, its sigma and objective (f∘D)
@@ -156,6 +160,9 @@ class RunRecord:
         ``iss`` and ``sequential`` (null unless chosen), without the settings added since at their
         ``added_later`` values."""
         identity = self.identity()
+        for key in UNSET_UNFINGERPRINTED:
+            if identity[key] is None:
+                del identity[key]
         sampling, settings = identity["sampling"], identity.pop("sampler")
         identity |= dict.fromkeys(_FORMAT1_SAMPLER_KEYS)
         if settings:
@@ -168,6 +175,12 @@ class RunRecord:
         """The input indices of the run (its ``subset``)."""
         subset = self.subset
         return [subset["start"] + subset["skip"] * j for j in range(subset["num_inputs"])]
+
+
+IDENTITY_KEYS = tuple(f.name for f in fields(RunRecord) if f.metadata.get("role") == IDENTITY)
+"""With the spec's protocol keys: what a resume must match (what the rows were certified of — σ, the
+checkpoint's sha256, the model, the data — and the device type, whose noise generators differ: CPU and CUDA
+rows would not come from one stream); the fields of role ``identity``."""
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,14 @@ from .record import RunRecord
 
 
 def settings_mismatch(
-    rows: dict, mode: str, alpha, sigma: float | None, norm: str | None, dim: int | None,
+    rows: dict,
+    mode: str,
+    alpha,
+    sigma: float | None,
+    norm: str | None,
+    dim: int | None,
     noise: str | None = None,
-) -> tuple[str, str] | None:  # fmt: skip
+) -> tuple[str, str] | None:
     """``(what the rows record, what was expected)`` for the first row whose own values betray another
     ``alpha``, sigma, noise or norm than given (None for noise/norm: Gaussian, L2, as runs written before
     the keys existed); None when every row agrees (or the columns are absent). CERTIFY rows
@@ -91,10 +96,12 @@ def check_resume(out: Path, settings: RunRecord, table_path: Path) -> None:
         if changed:
             detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in changed.items())
             raise ConfigError(
-                "output_dir", str(out), "a folder certified with the same settings",
+                "output_dir",
+                str(out),
+                "a folder certified with the same settings",
                 f"It holds results for other settings ({detail}); choose another output_dir so no rows are "
                 "mixed",
-            )  # fmt: skip
+            )
     fingerprint = settings.fingerprint()
     for path in part_tables(table_path):
         try:
@@ -142,7 +149,9 @@ def _refuse_rows(
     table_path: Path, path: Path, found: str, now: str, context: str = "and no settings.json"
 ) -> None:
     raise ConfigError(
-        "output_dir", str(table_path.parent), "a folder certified with the same settings",
+        "output_dir",
+        str(table_path.parent),
+        "a folder certified with the same settings",
         f"{path.name} holds {found} {context}; this run has {now}. Choose another output_dir so no rows are "
         "mixed",
-    )  # fmt: skip
+    )

@@ -61,9 +61,15 @@ def fastest(
     def run(candidate) -> float:
         start = time.perf_counter()
         sample_counts(
-            prepared[candidate], x[None], [0], phase=Phase.SELECTION, num_samples=samples,
-            sigma=spec.require_sigma(), num_classes=num_classes, batch_size=spec.batch_size,
-        )  # fmt: skip
+            prepared[candidate],
+            x[None],
+            [0],
+            phase=Phase.SELECTION,
+            num_samples=samples,
+            sigma=spec.require_sigma(),
+            num_classes=num_classes,
+            batch_size=spec.batch_size,
+        )
         if x.device.type == "cuda":
             torch.cuda.synchronize(x.device)
         return time.perf_counter() - start

@@ -53,9 +53,11 @@ class Certificate:
             object.__setattr__(self, "norm", norms[0])
         if self.norm not in norms:
             raise ConfigError(
-                "norm", self.norm, f"a norm {self.noise} noise certifies",
+                "norm",
+                self.norm,
+                f"a norm {self.noise} noise certifies",
                 f"the pairs with a certificate are {pairs_text()}",
-            )  # fmt: skip
+            )
 
     @property
     def distribution(self) -> Noise:
@@ -68,8 +70,8 @@ class Certificate:
 
     @property
     def needs_dim(self) -> bool:
-        """Whether the radius depends on the input dimension d (the L∞ certificates)."""
-        return self.norm == "linf"
+        """Whether the radius depends on the input dimension d (the L∞ certificates, the lattice noise's)."""
+        return self.distribution.needs_dim(self.norm)
 
     @property
     def default_step(self) -> float:

@@ -14,11 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rs_lightning.validation import ConfigError
-
-from .noise import GAUSSIAN, NOISE_BLOCK, Phase, block_sizes, standard_noise_block
+from .noise import GAUSSIAN, NOISE_BLOCK, Phase, block_sizes, noisy_block, standard_noise_block
 from .noises import Noise
-from .pipeline import pipeline_of
+from .pipeline import check_pipeline_certifies, pipeline_of
 from .precision import BaseClassifier, NonFiniteLogitsError, as_base_classifier, check_precision_supported
 from .samplers.base import Count, pick
 from .spec import CertificationSpec
@@ -126,17 +124,17 @@ def sample_counts(
     if pipeline is not None and not math.isclose(float(pipeline.sigma), float(sigma), rel_tol=1e-12):
         raise ValueError(f"the pipeline runs at sigma={pipeline.sigma} but sigma={sigma} was asked for")
     sample_shape = shape if pipeline is None else (pipeline.noise_draws, *shape)
-    counts = torch.zeros(groups * num_classes, dtype=torch.long, device=device)
+    # one slot more than inputs: copies that do not count (Noise.perturb) vote there, and it is dropped
+    counts = torch.zeros((groups + 1) * num_classes, dtype=torch.long, device=device)
     total = sum(per_input)
     if total == 0:
-        return counts.view(groups, num_classes)
+        return counts.view(groups + 1, num_classes)[:groups]
     capacity = min(batch_size, total)
     batch = torch.empty((capacity, *sample_shape), device=device, dtype=xs.dtype)
     owner = torch.empty(capacity, dtype=torch.long, device=device)
-    nonfinite = torch.zeros(groups, dtype=torch.long, device=device)
+    nonfinite = torch.zeros(groups + 1, dtype=torch.long, device=device)
     generator = torch.Generator(device=device)
     noise = noise if noise is not None else GAUSSIAN
-    scale = noise.scale(sigma)
     if pipeline is not None and noise != GAUSSIAN:
         raise ValueError(f"a {type(pipeline).__name__} pipeline draws Gaussian noise, not {noise.name}")
     filled = 0
@@ -155,33 +153,50 @@ def sample_counts(
     for g, index in enumerate(indices):
         for block, rows in enumerate(block_sizes(per_input[g], noise_block), start=starts[g]):
             fits = capacity - filled >= rows
-            draws = standard_noise_block(
-                seed,
-                index,
-                int(phase),
-                block,
-                rows,
-                sample_shape,
-                noise=noise,
-                device=device,
-                dtype=xs.dtype,
-                generator=generator,
-                out=batch[filled : filled + rows] if fits else None,
-            )
+            out = batch[filled : filled + rows] if fits else None
+            counted = None
             if pipeline is None:
-                draws.mul_(scale).add_(xs[g])
+                draws, counted = noisy_block(
+                    xs[g],
+                    seed,
+                    index,
+                    int(phase),
+                    block,
+                    rows,
+                    sigma,
+                    noise=noise,
+                    generator=generator,
+                    out=out,
+                )
+            else:  # the pipeline scales its standard draws itself
+                draws = standard_noise_block(
+                    seed,
+                    index,
+                    int(phase),
+                    block,
+                    rows,
+                    sample_shape,
+                    noise=noise,
+                    device=device,
+                    dtype=xs.dtype,
+                    generator=generator,
+                    out=out,
+                )
             done = 0
             while done < rows:
                 take = min(rows - done, capacity - filled)
                 if not fits:
                     batch[filled : filled + take].copy_(draws[done : done + take])
                 owner[filled : filled + take] = g
+                if counted is not None:  # a copy that does not count votes in the dropped slot
+                    owner[filled : filled + take].masked_fill_(~counted[done : done + take], groups)
                 filled += take
                 done += take
                 if filled == capacity:
                     flush()
     if filled:
         flush()
+    nonfinite = nonfinite[:groups]  # a copy that does not count is not checked either
     if bool(nonfinite.any()):
         g = int(torch.nonzero(nonfinite)[0])
         raise NonFiniteLogitsError(
@@ -189,24 +204,15 @@ def sample_counts(
             f"{per_input[g]} noisy samples of input idx {indices[g]}; its weights may be NaN (a diverged "
             "run) or the precision may overflow (try precision=32); its certificate would be a constant class"
         )
-    return counts.view(groups, num_classes)
+    return counts.view(groups + 1, num_classes)[:groups]
 
 
 def check_norm_supported(model, norm: str, noise: str = "gaussian") -> None:
     """ConfigError when ``model`` is a pipeline whose accounting does not certify ``norm`` (ARS: L∞ only)
     or draws another noise than ``noise`` (every pipeline draws Gaussian noise)."""
     pipeline = pipeline_of(model)
-    if pipeline is not None and noise != "gaussian":
-        raise ConfigError(
-            "noise", noise, f"gaussian for a {type(pipeline).__name__} pipeline",
-            "its accounting is that of Gaussian noise: pass noise=gaussian",
-        )  # fmt: skip
-    if pipeline is not None and norm not in pipeline.norms:
-        raise ConfigError(
-            "norm", norm, " or ".join(pipeline.norms) + f" for a {type(pipeline).__name__} pipeline",
-            "its noise is calibrated to the L-infinity threat model (Lyu et al., NeurIPS 2024): pass "
-            "norm=linf",
-        )  # fmt: skip
+    if pipeline is not None:
+        check_pipeline_certifies(type(pipeline).__name__, tuple(pipeline.norms), norm, noise)
 
 
 def prepare(model, spec: CertificationSpec) -> BaseClassifier:
@@ -258,8 +264,9 @@ def counter(
             return _counts(model, xs, indices, spec, num_classes, phase, num_samples, first_block)
         rows = np.asarray(rows)
         picked = xs.index_select(0, torch.as_tensor(rows, device=xs.device))
-        return _counts(model, picked, [indices[j] for j in rows], spec, num_classes, phase, num_samples,
-                       first_block)  # fmt: skip
+        return _counts(
+            model, picked, [indices[j] for j in rows], spec, num_classes, phase, num_samples, first_block
+        )
 
     return count
 

@@ -66,6 +66,34 @@ def standard_noise_block(
 
     ``generator`` (on ``device``) is reseeded and reused to avoid re-creating one per block.
     """
+    gen = block_generator(seed, index, phase, block, device, generator)
+    return noise.sample((rows, *shape), gen, device, dtype, out=out)
+
+
+def noisy_block(
+    x: torch.Tensor,
+    seed: int,
+    index: int,
+    phase: int,
+    block: int,
+    rows: int,
+    sigma: float,
+    *,
+    noise: Noise = GAUSSIAN,
+    generator: torch.Generator | None = None,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Block ``block`` of ``(index, phase)`` as the base classifier's inputs: ``rows`` noisy copies of ``x``
+    at ``sigma`` (:meth:`~rs_lightning.smoothing.noises.Noise.perturb`, into ``out`` if given), and which
+    copies count (None: all)."""
+    gen = block_generator(seed, index, phase, block, x.device, generator)
+    return noise.perturb(x, rows, gen, sigma, out=out)
+
+
+def block_generator(
+    seed: int, index: int, phase: int, block: int, device, generator: torch.Generator | None = None
+) -> torch.Generator:
+    """The generator of one noise block: ``generator`` (on ``device``) reseeded, or a new one."""
     gen = generator if generator is not None else torch.Generator(device=device)
     gen.manual_seed(block_seed(seed, index, phase, block))
-    return noise.sample((rows, *shape), gen, device, dtype, out=out)
+    return gen

@@ -12,6 +12,15 @@ from .precision import check_precision_supported
 from .samplers import Sampler
 from .spec import CertificationSpec
 
+PER_CALL = ("n0", "n", "alpha", "batch_size", "mode", "sampling")
+"""The spec's keys that :meth:`Smooth.certify` and :meth:`Smooth.predict` take, as in Cohen et al.'s
+``core.py``."""
+KEYS = tuple(
+    key for key in CertificationSpec.keys(config=True) if key not in (*PER_CALL, "sigma", "seed", "split")
+)
+"""The spec's keys ``Smooth(...)`` takes by keyword (``precision channels_last compile norm noise``): those of
+the smoothed classifier, besides ``sigma`` and ``seed``; defaults and meaning: the spec's."""
+
 
 class Smooth:
     """The smoothed classifier g(x) = argmax_c P[f(x + eps) = c], eps ~ N(0, sigma^2 I) (or another noise of
@@ -22,6 +31,7 @@ class Smooth:
     (counted from 0 per ``Smooth`` object) uses noise seeded by ``(seed, k)`` unless ``index`` is given, so
     successive calls draw fresh noise.
 
+    Keywords besides ``seed`` (:data:`KEYS`, each as in :class:`~.spec.CertificationSpec`, same defaults):
     ``precision`` (``"32"``, ``"bf16"``, ``"16"`` on CUDA), ``channels_last`` and ``compile`` choose how the
     base classifier f is evaluated (see :mod:`rs_lightning.smoothing.precision`: the certificate is for f
     at that precision). ``certify(..., sampler=InputSpecific(...))`` uses input-specific sampling.
@@ -39,17 +49,12 @@ class Smooth:
         num_classes: int,
         sigma: float,
         seed: int = 0,
-        *,
-        precision: str = "32",
-        channels_last: bool = False,
-        compile: bool = False,
-        norm: str | None = None,
-        noise: str = "gaussian",
+        **settings,
     ):
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"num_classes must be an integer >= 2, got {num_classes}")
-        settings = dict(precision=precision, channels_last=channels_last, compile=compile)
-        settings |= dict(norm=norm, noise=noise)
+        if unknown := sorted(set(settings) - set(KEYS)):
+            raise TypeError(f"Smooth got unexpected keyword arguments {unknown}; it takes {', '.join(KEYS)}")
         base = CertificationSpec(sigma=sigma, seed=seed, **settings)
         self.base_classifier = base_classifier
         self.num_classes = num_classes

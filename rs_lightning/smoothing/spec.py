@@ -2,16 +2,21 @@
 
 ``certify.py``, the certification callback, :class:`~rs_lightning.smoothing.Smooth`, the resume check and the
 report's protocol check all build, store and compare this object (``as_dict``/``protocol``), with one
-spelling per key. Keys, as users type them: ``sigma n0 n alpha seed batch_size split noise_block mode
-precision channels_last compile sampling norm noise``, and the chosen sampler's own as ``<sampling>.<key>``
-(``iss.decline``, ``sequential.radii``, ...: :mod:`.samplers`).
+spelling per key. Its fields are the schema: each key's default, help text and role (compared between runs,
+matched by a resume, or recorded only) are written once, in the field; :meth:`CertificationSpec.keys`,
+:meth:`~CertificationSpec.defaults` and :data:`PROTOCOL_KEYS` are read from there, and ``conf/certify.yaml``,
+``conf/callbacks/default.yaml``, the callback's keywords, ``RunRecord`` and ``Smooth`` follow it (a test
+compares the config files with it). The chosen sampler's own settings are typed as ``<sampling>.<key>``
+(``iss.decline``, ``sequential.radii``, ...: :mod:`.samplers`). A run's final spec, with what the model
+decides (σ, noise, norm, the sampler's settings that need σ and d), is
+:func:`~rs_lightning.smoothing.resolve.resolve`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,50 +32,83 @@ PRECISIONS = ("32", "bf16", "16")
 SPLITS = ("train", "test")
 DEFAULT_N0 = 100
 
-PROTOCOL_KEYS = (
-    "mode", "n0", "n", "alpha", "seed", "split", "noise_block", "precision", "sampling", "sampler", "noise",
-    "norm",
-)  # fmt: skip
-"""The settings two runs must share for their rows to be comparable (with the inputs and σ). ``batch_size``,
-``channels_last`` and ``compile`` change only the floating-point rounding inside the network (as the batch
-size does), not the statistics, so they are recorded but not compared."""
+PROTOCOL, IDENTITY, RECORDED = "protocol", "identity", "recorded"
+"""A key's role: ``protocol``: two runs must share it for their rows to be comparable (and a resume must
+match it); ``identity``: a resume must match it, but runs that differ in it still compare (σ: reports group
+runs by it); ``recorded``: stored, never compared (``batch_size``, ``channels_last`` and ``compile`` change
+only the floating-point rounding inside the network, as a batch size does, not the statistics)."""
+
+
+def _key(default, help: str, role: str = PROTOCOL, *, config: bool = True, from_model: bool = False):
+    """A field of the schema: its default, its help text, its role; ``config``: a key of the config files
+    (False: set by the engine or given in another form); ``from_model``: unset (None) in a request, the model
+    decides it (:func:`~rs_lightning.smoothing.resolve.resolve`)."""
+    metadata = {"help": help, "role": role, "config": config, "from_model": from_model}
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
 class CertificationSpec:
-    """Every setting of a CERTIFY or PREDICT run (Cohen, Rosenfeld & Kolter, ICML 2019, Alg. 1).
+    """Every setting of a CERTIFY or PREDICT run (Cohen, Rosenfeld & Kolter, ICML 2019, Alg. 1); each field's
+    meaning is its ``help`` (:meth:`help`).
 
-    ``sigma`` may be None until the checkpoint supplies it (:meth:`with_sigma`); the engine refuses a spec
-    without one. ``sampling`` names the sampler (:data:`~rs_lightning.smoothing.samplers.SAMPLERS`; None: that
-    of ``sampler`` if it is one, else ``cohen``) and ``sampler`` holds its settings (None: its defaults; a
-    mapping of its fields; or the sampler itself, e.g. ``Sequential(radii=(0, 0.25, 0.5))``). ``n0`` defaults
-    to 100 for a sampler whose selection draws choose the class and must stay unset for ``mode=predict`` and
-    for the others (``sampling=iss``: its pilot selects the class).
-    ``noise`` is the smoothing distribution at per-coordinate standard deviation σ (``gaussian``,
-    ``laplace``, ``uniform``) and ``norm`` the ball the radius is stated for (``l2``, ``l1``, ``linf``;
-    None = the noise's own: L2 for Gaussian, L1 for the others); the pair selects the
-    :class:`~rs_lightning.smoothing.certificate.Certificate` (Gaussian L∞: σΦ⁻¹(pA_lower)/√d with d the
-    number of input coordinates, what an ARS pipeline certifies).
-    Construction validates every value and raises :class:`~rs_lightning.validation.ConfigError` naming
-    the key, the value and the allowed range.
+    ``noise`` and ``norm`` select the :class:`~rs_lightning.smoothing.certificate.Certificate` (Gaussian L∞:
+    σΦ⁻¹(pA_lower)/√d with d the number of input coordinates, what an ARS pipeline certifies); ``sampler``
+    holds the settings of the sampler ``sampling`` names. Construction validates every value and raises
+    :class:`~rs_lightning.validation.ConfigError` naming the key, the value and the allowed range.
     """
 
-    sigma: float | None = None
-    n0: int | None = None
-    n: int = 100_000
-    alpha: float = 0.001
-    seed: int = 0
-    batch_size: int = 1000
-    split: str = "test"
-    noise_block: int = NOISE_BLOCK
-    mode: str = "certify"
-    precision: str = "32"
-    channels_last: bool = False
-    compile: bool = False
-    sampling: str | None = None
-    sampler: Sampler | Mapping | None = None
-    norm: str | None = None
-    noise: str = "gaussian"
+    sigma: float | None = _key(
+        None,
+        "the noise level: its per-coordinate standard deviation in [0,1]-pixel units; None until the model "
+        "gives it (its training sigma); the engine refuses a spec without one",
+        IDENTITY,
+        from_model=True,
+    )
+    n0: int | None = _key(
+        None,
+        "selection draws (Cohen et al. 2019, Alg. 1); None = 100 for a sampler whose selection draws choose "
+        "the class; must stay unset with mode=predict and with the others (sampling=iss: its pilot selects)",
+    )
+    n: int = _key(100_000, "estimation draws (PREDICT: its draws; sampling=iss|sequential: the cap)")
+    alpha: float = _key(0.001, "failure probability of each certificate (PREDICT: of each prediction)")
+    seed: int = _key(0, "the noise of input i is seeded by (seed, i, phase)")
+    batch_size: int = _key(1000, "noisy samples per forward pass", RECORDED)
+    split: str = _key("test", "the split certified: test | train")
+    noise_block: int = _key(
+        NOISE_BLOCK,
+        "draws per seeded noise block: fixed by the engine, recorded so that rows of another are recognized",
+        config=False,
+    )
+    mode: str = _key("certify", "certify (CERTIFY) | predict (Cohen's PREDICT)")
+    precision: str = _key(
+        "32", "32 | bf16 | 16 (CUDA only): the network under torch.autocast at that dtype (the certified f)"
+    )
+    channels_last: bool = _key(False, "run the network on channels-last inputs (a converted copy)", RECORDED)
+    compile: bool = _key(False, "torch.compile the network (eager mode with a warning if it fails)", RECORDED)
+    sampling: str | None = _key(
+        None,
+        "the sampler (SAMPLERS: cohen | iss | sequential | a registered one); None = that of `sampler` if "
+        "it is one, else cohen",
+    )
+    sampler: Sampler | Mapping | None = _key(
+        None,
+        "the sampler's settings: None (its defaults), a mapping of its fields, or the sampler itself (e.g. "
+        "Sequential(radii=(0, 0.25, 0.5))); in a config the node named after the sampler (iss:, sequential:)",
+        config=False,
+    )
+    norm: str | None = _key(
+        None,
+        "l2 | l1 | linf: the ball the radius is for; None = the noise's own (l2 for Gaussian, l1 for the "
+        "others), or linf for a randomized pipeline (ARS certifies nothing else)",
+        from_model=True,
+    )
+    noise: str = _key(
+        "gaussian",
+        "gaussian | laplace | uniform: the smoothing noise at per-coordinate std sigma; unset in a request = "
+        "the model's training noise (Gaussian for a model that records none)",
+        from_model=True,
+    )
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen dataclass)
@@ -113,15 +151,41 @@ class CertificationSpec:
             set_("n0", integer("n0", DEFAULT_N0 if self.n0 is None else self.n0, 1))
         set_("sampler", cls.build(self.sampler, self))
 
+    # ---------------------------------------------------------------------------------------- the schema
+    @classmethod
+    def keys(cls, *, role: str | None = None, config: bool | None = None) -> tuple[str, ...]:
+        """The spec's keys in field order: all of them, those of one ``role`` (:data:`PROTOCOL`,
+        :data:`IDENTITY`, :data:`RECORDED`), and/or those that are (``config=True``) or are not keys of the
+        config files."""
+        return tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if (role is None or f.metadata["role"] == role)
+            and (config is None or f.metadata["config"] == config)
+        )
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """Each key's default, by name (None: resolved, see its :meth:`help`)."""
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def help(cls, key: str) -> str:
+        """What ``key`` means, its allowed values and what its default stands for."""
+        return {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}[key]
+
     # ----------------------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, values: Mapping, prefix: str = "") -> CertificationSpec:
-        """Build from a mapping with the spec's keys (a Hydra node, ``settings.json``); unknown keys are
-        ignored. The sampler's settings are its ``sampler`` value or, without one, the node named after the
-        sampler (``iss``, ``sequential``: a config node, or ``settings.json`` of earlier versions). ``prefix``
-        is put before every key in error messages (``callbacks.certification.``)."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"sampler"}
+        """Build from a mapping with the spec's keys (a Hydra node, ``settings.json``, a request); unknown
+        keys are ignored, and so is a None for a key the model decides (:data:`FROM_MODEL`: its default
+        stands in until :func:`~rs_lightning.smoothing.resolve.resolve`). The sampler's settings are its
+        ``sampler`` value or, without one, the node named after the sampler (``iss``, ``sequential``: a
+        config node, or ``settings.json`` of earlier versions). ``prefix`` is put before every key in error
+        messages (``callbacks.certification.``)."""
+        names = set(cls.keys()) - {"sampler"}
         kwargs = {k: values[k] for k in names if k in values}
+        kwargs = {k: v for k, v in kwargs.items() if not (v is None and k in FROM_MODEL)}
         settings = values.get("sampler")
         if settings is None and kwargs.get("sampling") is not None:
             settings = values.get(str(kwargs["sampling"]).lower())
@@ -194,3 +258,11 @@ class CertificationSpec:
         if self.sampling != "cohen":
             parts.append(self.sampler.describe(self))
         return "  ".join(parts)
+
+
+PROTOCOL_KEYS = CertificationSpec.keys(role=PROTOCOL)
+"""The settings two runs must share for their rows to be comparable (with the inputs and σ), read from the
+schema: every key but σ (:data:`IDENTITY`) and those :data:`RECORDED` only."""
+
+FROM_MODEL = tuple(f.name for f in dataclasses.fields(CertificationSpec) if f.metadata["from_model"])
+"""The keys a request may leave unset for the model to decide (σ, noise, norm)."""

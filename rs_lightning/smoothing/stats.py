@@ -11,6 +11,10 @@ from scipy.optimize import brentq
 from scipy.special import rel_entr
 from scipy.stats import beta, binomtest
 
+PA_GRID = np.round(np.linspace(0.5, 1.0, 501), 3)
+"""The p grid 0.500, 0.501, …, 1.000: of ISS's sample-size table ψ (as in Chen et al.'s ``generate_iss``) and
+of the pA ECDF (as in Sun et al.'s acr-weakness release; ``rs_lightning.analysis.metrics.ECDF_GRID``)."""
+
 
 def clopper_pearson_lower(k, n, alpha: float):
     """One-sided (1 - alpha) Clopper–Pearson lower bound on a binomial proportion.

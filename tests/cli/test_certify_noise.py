@@ -71,7 +71,7 @@ def test_the_report_refuses_mixed_noises(runs, tmp_path, capsys):
     ("overrides", "needles"),
     [
         (["noise=laplace", "norm=l2"], ("norm", "gaussian+l2", "laplace+l1", "uniform+linf")),
-        (["noise=cauchy"], ("noise", "cauchy", "gaussian, laplace, uniform")),
+        (["noise=cauchy"], ("noise", "cauchy", "gaussian, gaussian_lattice, laplace, uniform")),
     ],
 )
 def test_a_pair_without_a_certificate_is_one_line(tmp_path, overrides, needles):

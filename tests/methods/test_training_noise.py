@@ -109,7 +109,7 @@ def test_a_resume_with_another_noise_is_refused(laplace_run):
     ("overrides", "needles"),
     [
         (["method=macer", "noise=uniform"], ("noise='uniform'", "MACER")),
-        (["noise=cauchy"], ("noise='cauchy'", "gaussian, laplace, uniform")),
+        (["noise=cauchy"], ("noise='cauchy'", "gaussian, gaussian_lattice, laplace, uniform")),
         (
             ["method=consistency", "noise=laplace", "method.epsilon=0.25"],
             ("method.epsilon=0.25", "null with noise=laplace", "L2 PGD"),

@@ -5,14 +5,15 @@ import numpy as np
 import pytest
 from scipy.stats import beta, norm
 
+from rs_lightning.analysis.metrics import ECDF_GRID
 from rs_lightning.smoothing.certificate import Certificate
 from rs_lightning.smoothing.samplers.iss import (
-    PA_GRID,
     iss_table,
     pilot_sample_sizes,
     planning_radius,
     sample_sizes_for_interval,
 )
+from rs_lightning.smoothing.stats import PA_GRID
 
 K, ALPHA, GRANULARITY = 100_000, 0.001, 200
 GAUSSIAN = Certificate()
@@ -101,3 +102,8 @@ def test_table_is_cached_and_read_only():
     assert iss_table(K, ALPHA, GAUSSIAN, 1.0, None, "ad", 0.05, GRANULARITY) is a
     with pytest.raises(ValueError):
         a[0] = 1
+
+
+def test_one_p_grid_serves_psi_and_the_pa_ecdf():
+    """ψ's grid and the pA ECDF's are one array of the core (0.500, 0.501, …, 1.000), not two copies."""
+    assert ECDF_GRID is PA_GRID and PA_GRID[0] == 0.5 and PA_GRID[-1] == 1.0 and len(PA_GRID) == 501

@@ -41,9 +41,14 @@ def run_budget_rows(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rows = budget_table(  # radii scale with sigma (L2) or sigma / sqrt(d) (L-infinity)
-            run.pa(), n=run.n, sigma=run.radius_scale, alpha=run.alpha, budgets=budgets, radii=radii,
+            run.pa(),
+            n=run.n,
+            sigma=run.radius_scale,
+            alpha=run.alpha,
+            budgets=budgets,
+            radii=radii,
             rules=rules,
-        )  # fmt: skip
+        )
     c, share = run.constant_reference()
     return [
         {"run": run.label, "sigma": run.sigma, "alpha": run.alpha}

@@ -67,6 +67,12 @@ def _norm(run: Run) -> str:
     return noise + f"{run.norm} (d={run.dim}" + (f", from {source})" if source else ")")
 
 
+def _protocol_cells(run) -> list:
+    """σ, n, n0, α, seed, split and precision of one run, as the settings table shows them."""
+    numbers = [None if v is None else f"{v:g}" for v in (run.sigma, run.n, run.n0, run.alpha)]
+    return numbers + [run.protocol()[k] for k in ("seed", "split", "precision")]
+
+
 def _protocol_section(
     runs: list[Run], differences: dict, notes: list[str], compare_noises: bool = False
 ) -> list[str]:
@@ -89,11 +95,8 @@ def _protocol_section(
     columns = ["run", "σ", "n", "n0", "α", "seed", "split", "precision", "sampling", "norm", "inputs"]
     columns.append("folder")
     rows = [
-        [r.label, *[None if v is None else f"{v:g}" for v in (r.sigma, r.n, r.n0, r.alpha)],
-         *[r.protocol()[k] for k in ("seed", "split", "precision")], _sampling(r, runs), _norm(r),
-         r.num_inputs, str(r.path)]
-        for r in runs
-    ]  # fmt: skip
+        [r.label, *_protocol_cells(r), _sampling(r, runs), _norm(r), r.num_inputs, str(r.path)] for r in runs
+    ]
     out += ["## Settings and protocol", "", md_table(columns, rows), ""]
     if differences:
         out += [
@@ -365,23 +368,29 @@ def report(
     if use_wandb:
         log_to_wandb(folder, table, figures)
     print(text + f"report: {folder}")
-    return {
-        "out": folder, "runs": runs, "table": table, "dominance": pairs, "budget": budget_rows,
-        "verdicts": verdicts, "uncertainty": uncertainty,
-    }  # fmt: skip
+    return dict(
+        out=folder,
+        runs=runs,
+        table=table,
+        dominance=pairs,
+        budget=budget_rows,
+        verdicts=verdicts,
+        uncertainty=uncertainty,
+    )
 
 
-VERDICT_COLUMNS = ("sigma", "a", "b", "level", "covers", "pa_verdict", "ca_verdict", "acr_difference",
-                   "acr_difference_lo", "acr_difference_hi")  # fmt: skip
+_ACR_DIFFERENCE = ("acr_difference", "acr_difference_lo", "acr_difference_hi")
+VERDICT_COLUMNS = ("sigma", "a", "b", "level", "covers", "pa_verdict", "ca_verdict", *_ACR_DIFFERENCE)
 
 
 def _verdict_row(p: dict, radii) -> dict:
-    row = {
-        "sigma": p["sigma"], "a": p["a"], "b": p["b"], "level": p["level"], "covers": p["covers"],
+    row = {key: p[key] for key in ("sigma", "a", "b", "level", "covers")} | {
         "pa_verdict": None if p["pa"] is None else p["pa"]["verdict"],
-        "ca_verdict": p["certified_accuracy"]["verdict"], "acr_difference": p["acr_a"] - p["acr_b"],
-        "acr_difference_lo": p["acr_difference_ci"][0], "acr_difference_hi": p["acr_difference_ci"][1],
-    }  # fmt: skip
+        "ca_verdict": p["certified_accuracy"]["verdict"],
+        "acr_difference": p["acr_a"] - p["acr_b"],
+        "acr_difference_lo": p["acr_difference_ci"][0],
+        "acr_difference_hi": p["acr_difference_ci"][1],
+    }
     for r, (low, high) in zip(radii, p["ca_difference_ci"], strict=True):
         row[f"ca_diff@{r:g}_lo"], row[f"ca_diff@{r:g}_hi"] = low, high
     return row
@@ -399,19 +408,22 @@ def compare_command(argv: Sequence[str]) -> int:
     parser.add_argument("--radii", nargs="+", type=float, help="radii of the certified-accuracy columns")
     parser.add_argument("--allow-mismatch", action="store_true", help="report runs with different protocols")
     parser.add_argument(
-        "--compare-noises", action="store_true",
+        "--compare-noises",
+        action="store_true",
         help="compare runs smoothed with different noises (the rest of the protocol, norm included, equal)",
-    )  # fmt: skip
+    )
     parser.add_argument("--wandb", action="store_true", help="also log the table and plots to W&B (offline)")
     parser.add_argument(
-        "--norm", choices=NORMS,
+        "--norm",
+        choices=NORMS,
         help="state every run's radii in this ball (default: as certified; l2 -> linf: / sqrt(d))",
-    )  # fmt: skip
+    )
     parser.add_argument("--dim", type=int, help="input dimension C*H*W for runs that record none")
     parser.add_argument(
-        "--beta", default=DEFAULT_BETA,
+        "--beta",
+        default=DEFAULT_BETA,
         help=f"error probability of the bands and of all verdicts together (default {DEFAULT_BETA})",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     if args.sigma is not None:
         require_positive("--sigma", args.sigma)

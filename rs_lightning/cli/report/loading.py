@@ -18,9 +18,15 @@ from rs_lightning.validation import ConfigError
 from ..common import require_writable_dir
 
 OUTPUTS = (
-    "report.md", "table.csv", "dominance.csv", "verdicts.csv", "budget.csv", "budget_acr.png",
-    "pa_ecdf_sigma*.png", "certified_accuracy_sigma*.png",
-)  # fmt: skip
+    "report.md",
+    "table.csv",
+    "dominance.csv",
+    "verdicts.csv",
+    "budget.csv",
+    "budget_acr.png",
+    "pa_ecdf_sigma*.png",
+    "certified_accuracy_sigma*.png",
+)
 """What a report writes, removed from its folder by ``--overwrite`` (nothing else there is touched)."""
 
 

@@ -48,9 +48,11 @@ def paired_command(argv: Sequence[str]) -> int:
     references = load_runs([args.reference])
     if len(references) != 1:
         raise ConfigError(
-            "REFERENCE_RUN", args.reference, "one run folder",
+            "REFERENCE_RUN",
+            args.reference,
+            "one run folder",
             f"it holds {len(references)} runs; pass one of them as REFERENCE and the rest as OTHER_RUN",
-        )  # fmt: skip
+        )
     reference = references[0]
     others = []
     for path in args.others:  # a multirun folder: every job in it but the reference itself

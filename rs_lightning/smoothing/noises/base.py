@@ -31,6 +31,8 @@ class Noise:
     """The norms it certifies; the first is its own (the default ``norm=``)."""
     scale_over_sigma: ClassVar[float] = 1.0
     """λ / σ: the scale parameter that gives standard deviation σ per coordinate."""
+    grid_inputs: ClassVar[bool] = False
+    """Whether it certifies only inputs on the 8-bit pixel grid k/255 (certify.py refuses others)."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -53,8 +55,26 @@ class Noise:
     def sample(
         self, shape, generator: torch.Generator, device, dtype=torch.float32, out=None
     ) -> torch.Tensor:
-        """Standard draws (λ = 1) of ``shape`` from ``generator``; the caller multiplies by :meth:`scale`."""
+        """Standard draws (λ = 1) of ``shape`` from ``generator`` (:meth:`scaled` multiplies by λ)."""
         raise NotImplementedError
+
+    def scaled(
+        self, shape, generator: torch.Generator, device, dtype, sigma: float, out=None
+    ) -> torch.Tensor:
+        """The noise itself at ``sigma``, in input units (what training adds to its inputs)."""
+        return self.sample(shape, generator, device, dtype, out=out).mul_(self.scale(sigma))
+
+    def perturb(
+        self, x: torch.Tensor, rows: int, generator: torch.Generator, sigma: float, out=None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``rows`` noisy copies of one clean input ``x`` (the base classifier's inputs, into ``out`` if
+        given) and which of them count (None: all). A copy that does not count votes for no class."""
+        drawn = self.scaled((rows, *x.shape), generator, x.device, x.dtype, sigma, out=out)
+        return drawn.add_(x), None
+
+    def needs_dim(self, norm: str) -> bool:
+        """Whether the radius in ``norm`` depends on the input dimension d = C·H·W."""
+        return norm == "linf"
 
     def radius(self, p: np.ndarray, lam: float, norm: str, dim: int | None) -> np.ndarray:
         """The ``norm`` radius certified by p_A ≥ ``p`` (p in (½, 1]) at scale ``lam``."""

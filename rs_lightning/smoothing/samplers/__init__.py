@@ -58,5 +58,15 @@ def check_unused_settings(values: Mapping, sampling: str, prefix: str = "") -> N
                 )
 
 
-__all__ = ["SAMPLERS", "Cohen", "Count", "Draws", "InputSpecific", "Sampler", "Sequential",
-           "check_unused_settings", "register_sampler", "sampler_class"]  # fmt: skip
+__all__ = [
+    "SAMPLERS",
+    "Cohen",
+    "Count",
+    "Draws",
+    "InputSpecific",
+    "Sampler",
+    "Sequential",
+    "check_unused_settings",
+    "register_sampler",
+    "sampler_class",
+]

@@ -31,7 +31,7 @@ from rs_lightning.validation import ConfigError
 
 from ..certificate import Certificate
 from ..noise import Phase
-from ..stats import clopper_pearson_interval
+from ..stats import PA_GRID, clopper_pearson_interval
 from .base import Count, Draws, Sampler, choice, finite, flag, pick
 
 if TYPE_CHECKING:
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 DECLINES = ("ad", "rd")
 
-PA_GRID = np.round(np.linspace(0.5, 1.0, 501), 3)
-"""The p grid of ψ (as in the authors' ``generate_iss``)."""
 _ONE_SIGMA = float(normal.cdf(1.0))
 
 
@@ -75,12 +73,26 @@ def _psi_cached(n, alpha, certificate, sigma, dim, decline, max_decline, granula
 
 
 def iss_table(
-    n: int, alpha: float, certificate: Certificate, sigma: float, dim: int | None, decline: str,
-    max_decline: float, granularity: int,
-) -> np.ndarray:  # fmt: skip
+    n: int,
+    alpha: float,
+    certificate: Certificate,
+    sigma: float,
+    dim: int | None,
+    decline: str,
+    max_decline: float,
+    granularity: int,
+) -> np.ndarray:
     """ψ on :data:`PA_GRID` (int64, read-only); computed once per setting with scipy, then cached."""
-    return _psi_cached(int(n), float(alpha), certificate, float(sigma), None if dim is None else int(dim),
-                       str(decline), float(max_decline), int(granularity))  # fmt: skip
+    return _psi_cached(
+        int(n),
+        float(alpha),
+        certificate,
+        float(sigma),
+        None if dim is None else int(dim),
+        str(decline),
+        float(max_decline),
+        int(granularity),
+    )
 
 
 def sample_sizes_for_interval(psi: np.ndarray, p_low, p_up) -> np.ndarray:
@@ -145,8 +157,14 @@ class InputSpecific(Sampler):
         if not 1 <= granularity <= spec.n:
             raise ConfigError("iss.granularity", self.granularity, f"an integer in [1, n] = [1, {spec.n}]")
         reuse = flag("iss.reuse_pilot", self.reuse_pilot)
-        return replace(self, decline=decline, max_decline=max_decline, k0=int(k0),
-                       granularity=int(granularity), reuse_pilot=reuse)  # fmt: skip
+        return replace(
+            self,
+            decline=decline,
+            max_decline=max_decline,
+            k0=int(k0),
+            granularity=int(granularity),
+            reuse_pilot=reuse,
+        )
 
     def resolve(self, spec: CertificationSpec, dim: int) -> InputSpecific:
         """An absolute (AD) decline must be below the largest radius certifiable in the spec's norm: ISS
@@ -155,12 +173,13 @@ class InputSpecific(Sampler):
         top = spec.certificate.max_radius(spec.require_sigma(), spec.n, spec.alpha, dim)
         if self.decline == "ad" and self.max_decline >= top:
             raise ConfigError(
-                "iss.max_decline", self.max_decline,
+                "iss.max_decline",
+                self.max_decline,
                 f"below the largest {spec.norm} radius certifiable (n={spec.n}, alpha={spec.alpha:g}): "
                 f"{top:.4g}",
                 "the decline is in the radius's own units (for norm=linf e.g. iss.max_decline=0.001, or "
                 "iss.decline=rd for a relative one)",
-            )  # fmt: skip
+            )
         return self
 
     def draw(self, spec: CertificationSpec, count: Count, groups: int, dim: int) -> Draws:
@@ -179,7 +198,7 @@ class InputSpecific(Sampler):
             self.decline,
             self.max_decline,
             self.granularity,
-        )  # fmt: skip  (max_decline is in the spec's norm)
+        )  # max_decline is in the spec's norm
         k_hat = pilot_sample_sizes(pick(counts0, selected).cpu().numpy(), k0, psi, spec.alpha)
         n0, level = np.full(groups, k0, dtype=np.int64), np.full(groups, spec.alpha)
         if not self.reuse_pilot:

@@ -113,8 +113,16 @@ class Sequential(Sampler):
         after = self.abstain_after
         if after is not None:
             after = integer("sequential.abstain_after", after, 1, n)
-        return replace(self, radii=radii, first_look=first, growth=growth, beta=beta, alpha_spending=spending,
-                       abstain_after=after, futility=flag("sequential.futility", self.futility))  # fmt: skip
+        return replace(
+            self,
+            radii=radii,
+            first_look=first,
+            growth=growth,
+            beta=beta,
+            alpha_spending=spending,
+            abstain_after=after,
+            futility=flag("sequential.futility", self.futility),
+        )
 
     def resolve(self, spec: CertificationSpec, dim: int) -> Sequential:
         """The grid resolved and checked: None → the report's grid (0, 0.25, ... for L2; steps of 1/255 for
@@ -128,11 +136,12 @@ class Sequential(Sampler):
             return replace(self, radii=tuple(float(r) for r in grid))
         if self.radii[-1] > top + 1e-12:
             raise ConfigError(
-                "sequential.radii", list(self.radii),
+                "sequential.radii",
+                list(self.radii),
                 f"radii up to the largest {spec.certificate.label} radius certifiable at n={spec.n} with its "
                 f"looks (alpha/{len(self.schedule(spec))} per look): {top:.4g}",
                 "drop the larger radii or raise n",
-            )  # fmt: skip
+            )
         return self
 
     def as_dict(self) -> dict:

@@ -1,0 +1,106 @@
+"""The cost of sound noise: certification draws per second with lattice Gaussian noise against float Gaussian.
+
+    python -m bench.lattice [--quick] [--out PATH]
+
+Writes ``bench/results/lattice_cost.json``. For each workload (MNIST LeNet at fp32; CIFAR-10 ResNet-20 at bf16
++ channels_last, the fast certification setting) the engine's ``sample_counts`` draws the same number of noisy
+copies of one clean input on the 8-bit grid, once with ``noise=gaussian`` and once with
+``noise=gaussian_lattice`` (:mod:`rs_lightning.smoothing.noises.gaussian_lattice`: 60-bit uniform integers,
+a binary search among the edges, the input from the integer sum), interleaved
+(:func:`bench.throughput.run_interleaved`). ``time_ratio`` is the median over rounds of lattice time / float
+time; the target is ≤ 1.15.
+The networks have random weights with calibrated BatchNorm statistics: speed does not depend on accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from bench.throughput import calibrate_batchnorm, machine_info, paired_median, run_interleaved, summarize
+from rs_lightning.models import CIFARResNet, LeNet
+from rs_lightning.smoothing.engine import prepare, sample_counts
+from rs_lightning.smoothing.noise import Phase
+from rs_lightning.smoothing.noises import noise_of
+from rs_lightning.smoothing.spec import CertificationSpec
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "lattice_cost.json"
+SIGMA = 0.25
+WORKLOADS = {
+    "lenet_mnist_fp32": (lambda: LeNet(input_shape=(1, 28, 28), num_classes=10), (1, 28, 28), "32", False),
+    "resnet20_cifar_bf16_cl": (
+        lambda: CIFARResNet(input_shape=(3, 32, 32), num_classes=10, depth=20),
+        (3, 32, 32),
+        "bf16",
+        True,
+    ),
+}
+NOISES = ("gaussian", "gaussian_lattice")
+
+
+def engine_run(classifier, x: torch.Tensor, noise: str, num_samples: int, batch_size: int):
+    def run() -> int:
+        counts = sample_counts(
+            classifier,
+            x[None],
+            [0],
+            phase=Phase.ESTIMATION,
+            num_samples=num_samples,
+            sigma=SIGMA,
+            num_classes=10,
+            batch_size=batch_size,
+            noise=noise_of(noise),
+        )
+        return int(counts.sum())
+
+    return run
+
+
+def measure(name: str, num_samples: int, batch_size: int, repeats: int) -> dict:
+    build, shape, precision, channels_last = WORKLOADS[name]
+    torch.manual_seed(0)
+    device = torch.device("cpu")
+    model = calibrate_batchnorm(build(), shape, device)
+    x = torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(0)).float() / 255
+    spec = CertificationSpec(
+        sigma=SIGMA, precision=precision, channels_last=channels_last, batch_size=batch_size
+    )
+    classifier = prepare(model, spec)
+    impls = {noise: engine_run(classifier, x, noise, num_samples, batch_size) for noise in NOISES}
+    warmups = {noise: engine_run(classifier, x, noise, batch_size, batch_size) for noise in NOISES}
+    times = run_interleaved(impls, repeats, device, warmups)
+    return {
+        "precision": precision,
+        "channels_last": channels_last,
+        "num_samples": num_samples,
+        "batch_size": batch_size,
+        **{noise: summarize(times[noise], num_samples) for noise in NOISES},
+        "time_ratio": round(paired_median(times["gaussian_lattice"], times["gaussian"]), 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds), for tests")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    num_samples, batch_size, repeats = (400, 200, 2) if args.quick else (10_000, 1000, 5)
+    result = {
+        "benchmark": "lattice_cost",
+        "machine": machine_info(torch.device("cpu")),
+        "sigma": SIGMA,
+        "target_time_ratio": 1.15,
+        "workloads": {name: measure(name, num_samples, batch_size, repeats) for name in WORKLOADS},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    for name, row in result["workloads"].items():
+        print(f"{name}: lattice / float time {row['time_ratio']:.3f}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""certify.py noise=gaussian_lattice: inputs off the 8-bit grid refused before any work, quantize=true, rows
+with the lattice certificate under every sampler, and rows independent of the batch size."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from omegaconf import open_dict
+from rs_testing import compose_config
+from scipy.stats import norm
+
+from rs_lightning.cli.certify import certify
+from rs_lightning.smoothing.noises.gaussian_lattice import lattice_table
+from rs_lightning.validation import ConfigError
+
+BASE = ["n0=10", "n=500", "max=12"]
+CONSTANT = ["checkpoint=null", "model=constant", "data=digits", "sigma=0.25"]
+LATTICE = ["noise=gaussian_lattice"]
+
+
+def run(out, *overrides):
+    cfg = compose_config("certify", [*BASE, f"output_dir={out}", *overrides])
+    with open_dict(cfg):
+        cfg.device = "cpu"
+    return certify(cfg)
+
+
+def rows(folder):
+    with (folder / "certify.tsv").open() as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def test_digits_are_off_the_grid_and_refused_before_any_work(tmp_path):
+    """sklearn's digits are v/16: lattice noise refuses them, naming quantize=true, and writes nothing."""
+    with pytest.raises(ConfigError, match=r"quantize=False.*off the 8-bit pixel grid.*quantize=true"):
+        run(tmp_path / "refused", *CONSTANT, *LATTICE)
+    assert not (tmp_path / "refused" / "certify.tsv").exists()
+
+
+@pytest.mark.parametrize("sampling", ["cohen", "iss", "sequential"])
+def test_quantized_inputs_get_the_lattice_certificate(tmp_path, trained_digits, sampling):
+    """The demo's digits CNN with quantize=true: every sampler writes rows whose radius is
+    σΦ⁻¹(pA_lower − d·τ) (scipy; d = 64), and settings.json records the noise and the quantization.
+    Catches Cohen's radius on lattice rows or the quantization left out of the record."""
+    extra = [] if sampling == "cohen" else [f"sampling={sampling}", "n0=null"]
+    out = tmp_path / sampling
+    run(out, f"checkpoint={trained_digits['checkpoint']}", *LATTICE, "quantize=true", *extra)
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["noise"] == "gaussian_lattice" and settings["quantized"] is True and settings["dim"] == 64
+    got = rows(out)
+    assert len(got) == 12
+    slack = 64 * lattice_table(0.25).tv
+    lower = np.array([float(r["pA_lower"]) for r in got])
+    radius = np.array([float(r["radius"]) for r in got])
+    certified = lower > 0.5
+    assert certified.any()
+    np.testing.assert_allclose(radius[certified], 0.25 * norm.ppf(lower[certified] - slack), rtol=1e-5)
+
+
+def test_rows_do_not_depend_on_the_batch_size_and_a_rerun_resumes(tmp_path, trained_digits):
+    """The digits CNN: batch sizes 37 and 1000 give the same nA on every input (the per-input lattice
+    streams), float noise gives other counts, and a rerun into a finished folder keeps its rows."""
+    model = f"checkpoint={trained_digits['checkpoint']}"
+    run(tmp_path / "a", model, *LATTICE, "quantize=true", "batch_size=37")
+    run(tmp_path / "b", model, *LATTICE, "quantize=true", "batch_size=1000")
+    run(tmp_path / "float", model, "quantize=true")
+    a, b = rows(tmp_path / "a"), rows(tmp_path / "b")
+    assert [r["nA"] for r in a] == [r["nA"] for r in b]
+    assert [r["nA"] for r in a] != [r["nA"] for r in rows(tmp_path / "float")]
+    run(tmp_path / "b", model, *LATTICE, "quantize=true", "batch_size=1000")
+    assert rows(tmp_path / "b") == b
+
+
+def test_training_with_lattice_noise_on_data_off_the_grid_is_refused_before_the_first_epoch(tmp_path):
+    """train.py noise=gaussian_lattice on the digits (v/16) with the certification callback: refused at fit
+    start naming the noise, not a traceback at the first certification epoch."""
+    from rs_testing import train_config
+
+    from rs_lightning.cli.train import train
+
+    with pytest.raises(ConfigError, match=r"noise='gaussian_lattice'.*off the 8-bit grid"):
+        train(train_config(tmp_path, ["noise=gaussian_lattice", "optim.max_epochs=1"]))
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_quantized_rows_carry_another_fingerprint():
+    """quantize=true is part of what a row was certified of: its fingerprint differs from the same run's on
+    the raw inputs, while a run that does not set it keeps the fingerprint it had before the key existed."""
+    from rs_lightning.runs import RunRecord
+    from rs_lightning.smoothing import CertificationSpec
+
+    spec = CertificationSpec(sigma=0.25).as_dict()
+    raw, quantized = RunRecord(**spec), RunRecord(**spec, quantized=True)
+    assert raw.fingerprint() != quantized.fingerprint()
+    before = {k: v for k, v in raw.to_dict().items() if k != "quantized"}  # settings.json without the key
+    assert RunRecord.from_dict(before).fingerprint() == raw.fingerprint()
