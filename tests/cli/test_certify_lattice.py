@@ -95,3 +95,14 @@ def test_quantized_rows_carry_another_fingerprint():
     assert raw.fingerprint() != quantized.fingerprint()
     before = {k: v for k, v in raw.to_dict().items() if k != "quantized"}  # settings.json without the key
     assert RunRecord.from_dict(before).fingerprint() == raw.fingerprint()
+
+
+def test_parts_merge_into_the_single_process_rows(tmp_path, trained_digits):
+    """shard=0/2 and 1/2 into one folder merge into the rows of one process (the time column aside):
+    lattice streams are per input, as float ones. Catches noise seeded by the position in a part."""
+    model = f"checkpoint={trained_digits['checkpoint']}"
+    run(tmp_path / "one", model, *LATTICE, "quantize=true")
+    for shard in ("0/2", "1/2"):
+        run(tmp_path / "parts", model, *LATTICE, "quantize=true", f"shard={shard}")
+    strip = lambda rows_: [{k: v for k, v in r.items() if k != "time"} for r in rows_]  # noqa: E731
+    assert strip(rows(tmp_path / "parts")) == strip(rows(tmp_path / "one"))
