@@ -106,3 +106,25 @@ def test_parts_merge_into_the_single_process_rows(tmp_path, trained_digits):
         run(tmp_path / "parts", model, *LATTICE, "quantize=true", f"shard={shard}")
     strip = lambda rows_: [{k: v for k, v in r.items() if k != "time"} for r in rows_]  # noqa: E731
     assert strip(rows(tmp_path / "parts")) == strip(rows(tmp_path / "one"))
+
+
+@pytest.mark.parametrize("setting", [["precision=bf16", "channels_last=true"], ["trainer=ddp_sim"]])
+def test_lattice_rows_at_bf16_and_over_ranks(tmp_path, trained_digits, setting):
+    """bf16 + channels_last is another base classifier on the same lattice points: rows are written with the
+    lattice certificate; two simulated DDP ranks give the rows of one process (per-input streams)."""
+    model = f"checkpoint={trained_digits['checkpoint']}"
+    run(tmp_path / "one", model, *LATTICE, "quantize=true")
+    run(tmp_path / "other", model, *LATTICE, "quantize=true", *setting)
+    one, other = rows(tmp_path / "one"), rows(tmp_path / "other")
+    assert [r["idx"] for r in other] == [r["idx"] for r in one]
+    settings = json.loads((tmp_path / "other" / "settings.json").read_text())
+    assert settings["noise"] == "gaussian_lattice"
+    lower = np.array([float(r["pA_lower"]) for r in other])
+    radius = np.array([float(r["radius"]) for r in other])
+    slack = 64 * lattice_table(0.25).tv
+    np.testing.assert_allclose(radius[lower > 0.5], 0.25 * norm.ppf(lower[lower > 0.5] - slack), rtol=1e-5)
+    if setting == ["trainer=ddp_sim"]:
+        assert [r["nA"] for r in other] == [r["nA"] for r in one]
+    else:
+        agree = np.mean([a["nA"] == b["nA"] for a, b in zip(one, other, strict=True)])
+        assert settings["precision"] == "bf16" and agree >= 0.5  # bf16 flips few votes of 500
