@@ -242,6 +242,27 @@ MUTANTS = [
         'if shape != expected and int(data.get("num_classes") or 0) == 10:',
         "tests/cli/test_report_published_npz.py",
     ),
+    (
+        "lattice edges at Phi(k/(255 sigma)) instead of Phi((k+1/2)/(255 sigma))",
+        "rs_lightning/smoothing/noises/gaussian_lattice.py",
+        "mpmath.ncdf((k + mpmath.mpf(1) / 2) / s)",
+        "mpmath.ncdf(k / s)",
+        "tests/smoothing/test_lattice_noise.py::test_the_draws_follow_the_exact_pmf_and_a_mutated_pmf_is_rejected",
+    ),
+    (
+        "lattice offsets one level off",
+        "rs_lightning/smoothing/noises/gaussian_lattice.py",
+        "j = (slot - (half_width + 1)).to(torch.int32)",
+        "j = (slot - half_width).to(torch.int32)",
+        "tests/smoothing/test_lattice_noise.py::test_the_draws_follow_the_exact_pmf_and_a_mutated_pmf_is_rejected",
+    ),
+    (
+        "lattice radius without the d*tau slack",
+        "rs_lightning/smoothing/noises/gaussian_lattice.py",
+        "return lam * normal.ppf(np.clip(p - self.slack(lam, dim), 0.5, 1.0))",
+        "return lam * normal.ppf(np.clip(p, 0.5, 1.0))",
+        "tests/smoothing/test_lattice_noise.py::test_the_certificate_gives_up_d_tau_of_pa",
+    ),
 ]
 
 
