@@ -20,61 +20,43 @@ from pathlib import Path
 
 import torch
 
-from bench.throughput import calibrate_batchnorm, machine_info, paired_median, run_interleaved, summarize
+from bench.throughput import (
+    SETTINGS,
+    Workload,
+    calibrate_batchnorm,
+    machine_info,
+    paired_median,
+    run_interleaved,
+    summarize,
+)
 from rs_lightning.models import CIFARResNet, LeNet
-from rs_lightning.smoothing.engine import prepare, sample_counts
-from rs_lightning.smoothing.noise import Phase
-from rs_lightning.smoothing.noises import noise_of
-from rs_lightning.smoothing.spec import CertificationSpec
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "lattice_cost.json"
 SIGMA = 0.25
-WORKLOADS = {
-    "lenet_mnist_fp32": (lambda: LeNet(input_shape=(1, 28, 28), num_classes=10), (1, 28, 28), "32", False),
+WORKLOADS = {  # name: (network, input shape, setting of bench.throughput.SETTINGS)
+    "lenet_mnist_fp32": (lambda: LeNet(input_shape=(1, 28, 28), num_classes=10), (1, 28, 28), "fp32"),
     "resnet20_cifar_bf16_cl": (
         lambda: CIFARResNet(input_shape=(3, 32, 32), num_classes=10, depth=20),
         (3, 32, 32),
-        "bf16",
-        True,
+        "bf16_cl",
     ),
 }
 NOISES = ("gaussian", "gaussian_lattice")
 
 
-def engine_run(classifier, x: torch.Tensor, noise: str, num_samples: int, batch_size: int):
-    def run() -> int:
-        counts = sample_counts(
-            classifier,
-            x[None],
-            [0],
-            phase=Phase.ESTIMATION,
-            num_samples=num_samples,
-            sigma=SIGMA,
-            num_classes=10,
-            batch_size=batch_size,
-            noise=noise_of(noise),
-        )
-        return int(counts.sum())
-
-    return run
-
-
 def measure(name: str, num_samples: int, batch_size: int, repeats: int) -> dict:
-    build, shape, precision, channels_last = WORKLOADS[name]
+    build, shape, setting = WORKLOADS[name]
     torch.manual_seed(0)
     device = torch.device("cpu")
     model = calibrate_batchnorm(build(), shape, device)
     x = torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(0)).float() / 255
-    spec = CertificationSpec(
-        sigma=SIGMA, precision=precision, channels_last=channels_last, batch_size=batch_size
-    )
-    classifier = prepare(model, spec)
-    impls = {noise: engine_run(classifier, x, noise, num_samples, batch_size) for noise in NOISES}
-    warmups = {noise: engine_run(classifier, x, noise, batch_size, batch_size) for noise in NOISES}
+    workload = Workload(model, x, num_classes=10, sigma=SIGMA)
+    impls = {noise: workload.engine(setting, num_samples, batch_size, noise) for noise in NOISES}
+    warmups = {noise: workload.engine(setting, batch_size, batch_size, noise) for noise in NOISES}
     times = run_interleaved(impls, repeats, device, warmups)
     return {
-        "precision": precision,
-        "channels_last": channels_last,
+        "precision": SETTINGS[setting]["precision"],
+        "channels_last": SETTINGS[setting]["channels_last"],
         "num_samples": num_samples,
         "batch_size": batch_size,
         **{noise: summarize(times[noise], num_samples) for noise in NOISES},

@@ -36,6 +36,7 @@ from torch import nn
 
 from rs_lightning.smoothing.engine import prepare, sample_counts
 from rs_lightning.smoothing.noise import Phase
+from rs_lightning.smoothing.noises import noise_of
 from rs_lightning.smoothing.precision import AUTOCAST_DTYPES, check_precision_supported
 from rs_lightning.smoothing.spec import CertificationSpec
 
@@ -145,7 +146,9 @@ class Workload:
 
         return run
 
-    def engine(self, setting: str, num_samples: int, batch_size: int) -> Callable[[], int]:
+    def engine(
+        self, setting: str, num_samples: int, batch_size: int, noise: str = "gaussian"
+    ) -> Callable[[], int]:
         spec = spec_for(setting, batch_size, self.sigma)
         if setting not in self._classifiers:  # once per setting, outside the timed region (warm-up shares it)
             self._classifiers[setting] = prepare(self.model, spec)
@@ -164,6 +167,7 @@ class Workload:
                 batch_size=batch_size,
                 seed=spec.seed,
                 noise_block=spec.noise_block,
+                noise=noise_of(noise),
             )
             total = int(counts.sum())  # also synchronizes a CUDA device
             if total != num_samples:

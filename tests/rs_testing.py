@@ -88,3 +88,22 @@ def without_time(path) -> list[str]:
     lines = Path(path).read_text().splitlines()
     drop = lines[0].split("\t").index("time")
     return ["\t".join(f for j, f in enumerate(line.split("\t")) if j != drop) for line in lines]
+
+
+def write_quadrant_npz(path: Path, train: int, test: int) -> Path:
+    """A 3-class ``.npz`` of 16x16 uint8 images whose class is the brightness of one quadrant (learnable in a
+    few steps; ARS's and the sigma-override tests' data)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def split(count):
+        y = rng.integers(0, 3, count)
+        x = rng.integers(0, 60, (count, 16, 16)).astype(np.uint8)
+        for i, label in enumerate(y):
+            x[i, : 8 * (label > 0) + 8, :8] += np.uint8(150)
+        return x, y
+
+    (x_train, y_train), (x_test, y_test) = split(train), split(test)
+    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    return path

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-from rs_testing import certify_config, train_config
+from rs_testing import certify_config, train_config, write_quadrant_npz
 from scipy.stats import norm
 
 import rs_lightning.cli.certify as certify_module
@@ -16,19 +16,7 @@ from rs_lightning.cli.train import train
 
 
 def tiny16(path):
-    """A 3-class .npz of 16x16 images whose class is the brightness of one quadrant."""
-    rng = np.random.default_rng(0)
-
-    def split(count):
-        y = rng.integers(0, 3, count)
-        x = rng.integers(0, 60, (count, 16, 16)).astype(np.uint8)
-        for i, label in enumerate(y):
-            x[i, : 8 * (label > 0) + 8, :8] += np.uint8(150)
-        return x, y
-
-    (x_train, y_train), (x_test, y_test) = split(32), split(12)
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    return path
+    return write_quadrant_npz(path, train=32, test=12)
 
 
 def test_an_ars_checkpoint_certified_at_another_sigma_is_left_as_it_was(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from rs_testing import certify_config, train_config
+from rs_testing import certify_config, train_config, write_quadrant_npz
 from scipy.stats import norm
 from torch import nn
 
@@ -34,19 +34,7 @@ SHAPE = (1, 16, 16)
 @pytest.fixture
 def tiny16(tmp_path):
     """A 3-class .npz of 16x16 images whose class is the brightness of one quadrant (learnable)."""
-    rng = np.random.default_rng(0)
-
-    def split(count):
-        y = rng.integers(0, 3, count)
-        x = rng.integers(0, 60, (count, 16, 16)).astype(np.uint8)
-        for i, label in enumerate(y):
-            x[i, : 8 * (label > 0) + 8, :8] += np.uint8(150)
-        return x, y
-
-    (x_train, y_train), (x_test, y_test) = split(96), split(24)
-    path = tmp_path / "tiny16.npz"
-    np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    return path
+    return write_quadrant_npz(tmp_path / "tiny16.npz", train=96, test=24)
 
 
 def overrides(data, method, *extra):
