@@ -77,6 +77,7 @@ def write_run_folder(
                 "n0": n0,
                 "nA0": n0,
                 "samples": n0 + n,
+                "flagged": 0,
             }
             writer.write(row | {k: v[j] for k, v in given.items()})
     if settings is not None:

@@ -108,3 +108,9 @@ def summarize_predictions(predict, correct) -> dict:
         "abstain_rate": float((predict < 0).sum() / size),
         "error_rate": float(((predict >= 0) & ~correct).sum() / size),
     }
+
+
+def flagged_total(rows: dict) -> int | None:
+    """The draws of result rows that voted for no class (their ``flagged`` column: lattice draws outside the
+    exact table); None for rows written before the column existed."""
+    return int(np.sum(rows["flagged"])) if "flagged" in rows else None

@@ -24,7 +24,14 @@ from rs_lightning.smoothing.certificate import NORMS, Certificate, default_norm
 from rs_lightning.validation import ConfigError
 
 from .budget import class_shares
-from .metrics import ECDF_GRID, average_certified_radius, certified_accuracy, pa_ecdf, true_label_pa
+from .metrics import (
+    ECDF_GRID,
+    average_certified_radius,
+    certified_accuracy,
+    flagged_total,
+    pa_ecdf,
+    true_label_pa,
+)
 
 
 @dataclass
@@ -258,6 +265,17 @@ class Run:
             return label, shares.get(label, 0.0)
         label = max(shares, key=lambda c: (shares[c], -c))
         return label, shares[label]
+
+    def flagged_note(self) -> str | None:
+        """How many estimation draws voted for no class (the lattice noise's stated rule: its certificates
+        already account for them), or None when none did or the rows do not record it."""
+        total = flagged_total(self.rows)
+        if not total:
+            return None
+        return (
+            f"{self.label or self.name}: {total} flagged draws (lattice draws outside the exact table, "
+            "counted for no class; the certificates already allow for them)"
+        )
 
     def limitations(self) -> str | None:
         """What cannot be computed for this run, or None."""

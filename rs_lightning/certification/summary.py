@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rs_lightning.analysis.metrics import summarize, summarize_predictions, true_label_pa
+from rs_lightning.analysis.metrics import flagged_total, summarize, summarize_predictions, true_label_pa
 from rs_lightning.analysis.plots import certified_accuracy_figure, pa_ecdf_figure, save_figure
 from rs_lightning.runs import (
     FolderLock,
@@ -24,6 +24,8 @@ def format_summary(record: RunSummary) -> str:
     """A plain-text table of one run's summary (CERTIFY or PREDICT)."""
     summary, spec = record.metrics, record.settings.spec
     head = f"{spec.mode}: {summary['num_inputs']} inputs  {spec.describe()}"
+    if summary.get("flagged_draws"):
+        head += f"\n  flagged draws (no class)   {summary['flagged_draws']}"
     if spec.mode == "predict":
         return "\n".join(
             [
@@ -89,6 +91,7 @@ def finish_run(out: Path, settings: RunRecord, radius_step: float | None = None)
         )
     else:
         metrics = summarize_predictions(rows["predict"], rows["correct"])
+    metrics["flagged_draws"] = flagged_total(rows)
     devices = settings.devices or []
     speed = throughput(rows) | {"devices": devices, "processes": len(devices) or 1}
     summary = RunSummary(metrics, speed, settings)

@@ -1,10 +1,11 @@
 """The result files ``certify.tsv`` and ``predict.tsv``: their columns, their rows, reading them.
 
 CERTIFY columns (docs/certification.md, "Output files"): Cohen et al.'s ``idx label predict radius correct
-time`` first, then ``nA n pA_lower pA_hat n0 nA0 samples`` (``n``: estimation draws of this input, which
-input-specific sampling chooses per input; ``samples``: every draw the input cost, selection or pilot
-included). PREDICT columns: ``idx label predict correct time n nA nB pvalue`` (top two counts and the
-two-sided binomial test's p-value). Both end with ``protocol``, the run's fingerprint
+time`` first, then ``nA n pA_lower pA_hat n0 nA0 samples flagged`` (``n``: estimation draws of this input,
+which input-specific sampling chooses per input; ``samples``: every draw the input cost, selection or pilot
+included; ``flagged``: estimation draws that voted for no class). PREDICT columns: ``idx label predict
+correct time n nA nB pvalue flagged`` (top two counts and the two-sided binomial test's p-value). Both end
+with ``protocol``, the run's fingerprint
 (:meth:`~rs_lightning.runs.record.RunRecord.fingerprint`), so rows of another protocol are recognized wherever
 they are copied. The rows are built here, from engine results, for ``certify.py`` and the training callback
 alike.
@@ -34,18 +35,35 @@ COLUMNS = (
     "n0",
     "nA0",
     "samples",
+    "flagged",
     "protocol",
 )
-PREDICT_COLUMNS = ("idx", "label", "predict", "correct", "time", "n", "nA", "nB", "pvalue", "protocol")
+PREDICT_COLUMNS = (
+    "idx",
+    "label",
+    "predict",
+    "correct",
+    "time",
+    "n",
+    "nA",
+    "nB",
+    "pvalue",
+    "flagged",
+    "protocol",
+)
 FINGERPRINT = "protocol"
 """The column holding the fingerprint of the run that made the row (:meth:`RunRecord.fingerprint`)."""
-ADDED_LATER = ("samples", FINGERPRINT)
+FLAGGED = "flagged"
+"""The column counting the estimation draws that voted for no class (a lattice draw outside its exact table,
+:mod:`rs_lightning.smoothing.noises.gaussian_lattice`; 0 under float noise), so the certificate's stated
+rule is visible in the row."""
+ADDED_LATER = ("samples", FINGERPRINT, FLAGGED)
 """Columns added since the first version, in the order they were added: files written before a column
 existed lack it and every later one (:func:`file_formats`), and are resumed in their own format (the versions:
 :data:`RUN_FORMAT`)."""
 REQUIRED = ("idx", "label", "predict", "radius", "correct")
 PREDICT_REQUIRED = ("idx", "label", "predict", "correct")
-_INT_COLUMNS = {"idx", "label", "predict", "correct", "nA", "nB", "n", "n0", "nA0", "samples"}
+_INT_COLUMNS = {"idx", "label", "predict", "correct", "nA", "nB", "n", "n0", "nA0", "samples", FLAGGED}
 FINGERPRINT_LENGTH = 16
 
 
@@ -106,7 +124,7 @@ def certify_rows(result, labels, seconds: float) -> list[dict]:
     """``certify.tsv`` rows (dicts keyed by :data:`COLUMNS`) of one engine
     :class:`~rs_lightning.smoothing.engine.CertifyResult` and the inputs' true labels."""
     rows = []
-    pa_hat = result.pa_hat
+    pa_hat, flagged = result.pa_hat, result.flagged
     for j, label in enumerate(labels):
         predict = int(result.predict[j])
         rows.append(
@@ -124,6 +142,7 @@ def certify_rows(result, labels, seconds: float) -> list[dict]:
                 "n0": int(result.n0[j]),
                 "nA0": int(result.n_a0[j]),
                 "samples": int(result.samples[j]),
+                FLAGGED: int(flagged[j]),
             }
         )
     return rows
@@ -131,6 +150,7 @@ def certify_rows(result, labels, seconds: float) -> list[dict]:
 
 def predict_rows(result, labels, seconds: float) -> list[dict]:
     """``predict.tsv`` rows (:data:`PREDICT_COLUMNS`) of one engine ``PredictResult``."""
+    flagged = result.flagged
     return [
         {
             "idx": int(result.index[j]),
@@ -142,6 +162,7 @@ def predict_rows(result, labels, seconds: float) -> list[dict]:
             "nA": int(result.n_top[j]),
             "nB": int(result.n_second[j]),
             "pvalue": float(result.pvalue[j]),
+            FLAGGED: int(flagged[j]),
         }
         for j, label in enumerate(labels)
     ]

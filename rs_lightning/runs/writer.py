@@ -9,7 +9,7 @@ import os
 import warnings
 from pathlib import Path
 
-from .format import COLUMNS, FINGERPRINT, ResultFileError, complete_rows, file_formats, format_value
+from .format import COLUMNS, FINGERPRINT, FLAGGED, ResultFileError, complete_rows, file_formats, format_value
 from .locks import try_flock
 
 
@@ -73,6 +73,12 @@ class ResultWriter:
         """Append one row (keys = columns) and flush it to the OS."""
         if int(row["idx"]) in self.done:
             raise ResultFileError(f"idx {row['idx']} is already in {self.path}")
+        if row.get(FLAGGED, 0) and FLAGGED not in self.columns:
+            raise ResultFileError(
+                f"idx {row['idx']} has {row[FLAGGED]} flagged draws (votes for no class), but {self.path} "
+                f"was written before the {FLAGGED} column existed and cannot record them; certify into "
+                "another output_dir"
+            )
         row = {**row, FINGERPRINT: self.protocol}
         self._file.write("\t".join(format_value(c, row[c]) for c in self.columns) + "\n")
         self._file.flush()

@@ -56,6 +56,12 @@ class CertifyResult:
         """Point estimate ``nA / n`` of the selected class's probability under noise (0 where n = 0)."""
         return np.divide(self.n_a, self.n, out=np.zeros(self.n_a.shape), where=self.n > 0)
 
+    @property
+    def flagged(self) -> np.ndarray:
+        """Estimation draws that voted for no class: a lattice draw outside the exact table
+        (:mod:`.noises.gaussian_lattice`); always 0 under float noise."""
+        return self.n - self.counts.sum(axis=1)
+
 
 @dataclass
 class PredictResult:
@@ -69,6 +75,11 @@ class PredictResult:
     pvalue: np.ndarray
     counts: np.ndarray
     n: int
+
+    @property
+    def flagged(self) -> np.ndarray:
+        """Draws that voted for no class (see :attr:`CertifyResult.flagged`)."""
+        return self.n - self.counts.sum(axis=1)
 
 
 def _check_inputs(xs: torch.Tensor, indices: Sequence[int]) -> list[int]:

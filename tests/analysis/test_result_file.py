@@ -54,6 +54,7 @@ def _row(i):
         "n0": 10,
         "nA0": 9,
         "samples": 110,
+        "flagged": 0,
     }
 
 
@@ -147,25 +148,46 @@ def test_reading_a_cohen_file_and_missing_files(tmp_path):
 
 def test_the_chronology_of_added_columns_gives_every_earlier_format():
     """One list, ADDED_LATER, gives the headers of every earlier version, newest first."""
-    assert ADDED_LATER == ("samples", "protocol")
-    without = [tuple(c for c in COLUMNS if c not in drop) for drop in ((), ("protocol",), ADDED_LATER)]
+    assert ADDED_LATER == ("samples", "protocol", "flagged")
+    drops = ((), ("flagged",), ("protocol", "flagged"), ADDED_LATER)
+    without = [tuple(c for c in COLUMNS if c not in drop) for drop in drops]
     assert file_formats(COLUMNS) == without
-    assert file_formats(PREDICT_COLUMNS) == [PREDICT_COLUMNS, PREDICT_COLUMNS[:-1]]
+    assert file_formats(PREDICT_COLUMNS) == [
+        tuple(c for c in PREDICT_COLUMNS if c not in drop) for drop in drops[:3]
+    ]
+    assert COLUMNS[-2:] == PREDICT_COLUMNS[-2:] == ("flagged", "protocol")
 
 
-@pytest.mark.parametrize("dropped", [("protocol",), ADDED_LATER], ids=["no-protocol", "no-samples"])
+@pytest.mark.parametrize(
+    "dropped",
+    [("flagged",), ("protocol", "flagged"), ADDED_LATER],
+    ids=["no-flagged", "no-protocol", "no-samples"],
+)
 def test_a_file_from_before_a_column_resumes_in_its_own_format(tmp_path, dropped):
     """Catches: a file of an earlier version (without ``protocol``, or without ``samples`` too) refused, or
     appended to with more fields than its header."""
     path = tmp_path / "certify.tsv"
     old = [c for c in COLUMNS if c not in dropped]
-    path.write_text("\t".join(old) + "\n" + "\t".join(_format_row(_row(0), old)) + "\n")
+    path.write_text("\t".join(old) + "\n" + "\t".join(_format_row(_row(0) | {"protocol": FP}, old)) + "\n")
     with ResultWriter(path, protocol=FP) as writer:
         assert writer.done == {0} and writer.columns == tuple(old)
         writer.write(_row(1))
     rows = read_results(path)
     assert rows["idx"].tolist() == [0, 1] and list(rows) == old
     assert run_columns(path, COLUMNS) == tuple(old)  # a new part of this run keeps the run's format
+
+
+def test_a_file_without_the_flagged_column_refuses_a_row_with_flagged_draws(tmp_path):
+    """Catches: flagged draws (votes for no class under lattice noise) silently lost when a run resumes in a
+    file written before the column existed; rows without flagged draws still resume there."""
+    path = tmp_path / "certify.tsv"
+    old = [c for c in COLUMNS if c != "flagged"]
+    path.write_text("\t".join(old) + "\n" + "\t".join(_format_row(_row(0) | {"protocol": FP}, old)) + "\n")
+    with ResultWriter(path, protocol=FP) as writer:
+        writer.write(_row(1))
+        with pytest.raises(ResultFileError, match="idx 2 has 3 flagged draws.*another output_dir"):
+            writer.write(_row(2) | {"flagged": 3})
+    assert read_results(path)["idx"].tolist() == [0, 1]
 
 
 def _format_row(row, columns):
@@ -304,7 +326,7 @@ def test_an_archived_row_file_without_the_column_loads_and_resumes(tmp_path):
     check_resume(folder, record, table)
     rows = read_results(table)
     with ResultWriter(table, COLUMNS, record.fingerprint()) as writer:
-        assert writer.columns == file_formats(COLUMNS)[1] and len(writer.done) == 200
+        assert writer.columns == file_formats(COLUMNS)[2] and len(writer.done) == 200
         writer.write({c: v[0] for c, v in rows.items()} | {"idx": 10000})  # idx 0's row as a new input
     assert load_run(folder).num_inputs == 201
     (folder / "settings.json").unlink()

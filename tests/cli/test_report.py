@@ -328,6 +328,7 @@ def _rows(folder, radii, correct, idx=None):
                     n0=10,
                     nA0=9,
                     samples=110,
+                    flagged=0,
                 )
             )
     return folder

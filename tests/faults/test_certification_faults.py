@@ -331,21 +331,21 @@ def test_merge_refuses_parts_of_another_protocol_than_the_settings(trained_digit
 
 
 def test_a_run_from_before_the_fingerprint_resumes_in_its_format(trained_digits, digits_reference, tmp_path):
-    """Catches: rows without the ``protocol`` column (an earlier version's) refused on resume, appended to
-    with the column, or finished by parts in the new format that no longer merge with them; their rows are
-    still checked for what they record (another n is refused)."""
+    """Catches: rows without the ``protocol`` and ``flagged`` columns (an earlier version's) refused on
+    resume, appended to with the columns, or finished by parts in the new format that no longer merge with
+    them; their rows are still checked for what they record (another n is refused)."""
     ref_dir, _ = digits_reference
     ckpt = trained_digits["checkpoint"]
     certify(certify_config(tmp_path, ckpt, [*SMALL, "max=150"]))
     table = tmp_path / "certify.tsv"
-    table.write_text("".join(line.rsplit("\t", 1)[0] + "\n" for line in table.read_text().splitlines()))
+    table.write_text("".join(line.rsplit("\t", 2)[0] + "\n" for line in table.read_text().splitlines()))
     (tmp_path / "settings.json").unlink()
     with pytest.raises(ConfigError, match=r"certify.tsv holds rows with n=300, n0=100 .* this run has n=200"):
         certify(certify_config(tmp_path, ckpt, ["n=200", "skip=10"]))
     run_shard(tmp_path, ckpt, "0/2")
     run_shard(tmp_path, ckpt, "1/2")
     assert not list(tmp_path.glob("certify.shard-*"))
-    reference = [line.rsplit("\t", 1)[0] for line in without_time(ref_dir / "certify.tsv")]
+    reference = [line.rsplit("\t", 2)[0] for line in without_time(ref_dir / "certify.tsv")]
     assert without_time(table) == reference
 
 

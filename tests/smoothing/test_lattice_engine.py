@@ -9,6 +9,7 @@ import torch
 from scipy.stats import norm
 from torch import nn
 
+from rs_lightning.runs import certify_rows
 from rs_lightning.smoothing import CertificationSpec, certify_batch, sample_counts
 from rs_lightning.smoothing.noise import Phase, noisy_block
 from rs_lightning.smoothing.noises import gaussian_lattice as lattice
@@ -98,6 +99,25 @@ def test_a_copy_with_a_flagged_coordinate_votes_for_no_class(monkeypatch):
         _, ok = noisy_block(xs[0], 0, 0, int(Phase.ESTIMATION), block, rows, sigma, noise=LATTICE)
         counted += rows if ok is None else int(ok.sum())
     assert 0 < int(counts.sum()) == counted < 512
+
+
+def test_a_row_counts_its_flagged_draws(monkeypatch):
+    """The same coarse table through certify_batch: the row's ``flagged`` is the estimation draws that voted
+    for no class (n minus the counts, > 0 here), and float noise flags none. Catches flagged draws left out
+    of the row (the stated rule would be invisible) or counted from the selection draws."""
+    sigma = 1 / 255
+    edges = lattice._ceilings(lattice._cdf_edges(sigma, 1, 50), 50)
+    table = lattice.LatticeTable(torch.tensor(edges, dtype=torch.int64), 1, 0.0)
+    monkeypatch.setattr(lattice, "lattice_table", lambda s: table)
+    spec = CertificationSpec(sigma=sigma, n0=20, n=512, alpha=0.001, noise="gaussian_lattice", batch_size=100)
+    result = certify_batch(Recorder(), inputs(2), [3, 4], spec, num_classes=2)
+    (row, *_) = certify_rows(result, [1, 1], 0.0)
+    assert row["flagged"] == 512 - int(result.counts[0].sum()) and 0 < row["flagged"] < 512
+    assert np.all(result.flagged == 512 - result.counts.sum(axis=1))
+    floats = certify_batch(
+        Recorder(), inputs(2), [3, 4], CertificationSpec(sigma=0.25, n0=20, n=512), num_classes=2
+    )
+    assert [r["flagged"] for r in certify_rows(floats, [1, 1], 0.0)] == [0, 0]
 
 
 def test_a_row_states_the_lattice_certificate():

@@ -330,7 +330,7 @@ def report(
         row["ca_band"] = u["ca_simultaneous"].max_half_width
     verdicts = compare_entries(runs, radii, beta, resamples)
     pairs = dominance(runs)
-    notes = [note for note in (r.limitations() for r in runs) if note]
+    notes = [note for r in runs for note in (r.limitations(), r.flagged_note()) if note]
     notes += [u["warning"] for u in uncertainty.values() if "warning" in u]
     notes += [
         f"{r.label}: no budget conversion (no {', '.join(r.budget_gaps())})"
