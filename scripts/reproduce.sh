@@ -108,8 +108,9 @@ fi
 
 train_run "$OUT/train" "experiment=$EXPERIMENT" "${METHOD_ARGS[@]}" "${DATA_ARGS[@]}" "${EXTRA_ARGS[@]}"
 
+# float Gaussian noise: the papers' protocol (certify.py's default on 8-bit data is lattice noise)
 run_step "$PY" certify.py "checkpoint=$OUT/train/checkpoints/last.ckpt" "n0=$CELL_N0" "n=$CELL_N" "alpha=$CELL_ALPHA" \
-  "start=$CELL_START" "skip=$CELL_SKIP" "max=$CELL_MAX" "${CERTIFY_ARGS[@]}" "output_dir=$OUT/certify"
+  "start=$CELL_START" "skip=$CELL_SKIP" "max=$CELL_MAX" noise=gaussian "${CERTIFY_ARGS[@]}" "output_dir=$OUT/certify"
 
 run_step "$PY" -m rs_lightning.cli.report published "$OUT/certify" --dataset "$DATASET" --method "$METHOD" \
   --sigma "$CELL_SIGMA" --out "$OUT/report" --overwrite "${REPORT_ARGS[@]}"

@@ -61,10 +61,12 @@ train() {  # train NAME OVERRIDES...: train_run into $OUT/train/NAME, one thread
 }
 
 certify() {  # certify THREADS MODEL NAME OVERRIDES...: certify_run of $OUT/train/MODEL into
-  # $OUT/certify/MODEL/NAME at n = 100,000, alpha = 0.001, seed 0 (scripts may define their own instead)
+  # $OUT/certify/MODEL/NAME at n = 100,000, alpha = 0.001, seed 0, float Gaussian noise (the noise the
+  # archived runs were certified with; lattice noise is certify.py's default on 8-bit data) (scripts may
+  # define their own instead)
   local threads=$1 model=$2 name=$3; shift 3
   OMP_NUM_THREADS=$threads certify_run "$OUT/train/$model" "$OUT/certify/$model/$name" n=100000 alpha=0.001 \
-    seed=0 "$@"
+    seed=0 noise=gaussian "$@"
 }
 
 archive_run() {  # archive_run RUN_DIR DEST: the run's per-input rows and settings (and its summary once

@@ -259,8 +259,8 @@ MUTANTS = [
     (
         "lattice radius without the d*tau slack",
         "rs_lightning/smoothing/noises/gaussian_lattice.py",
-        "return lam * normal.ppf(np.clip(p - self.slack(lam, dim), 0.5, 1.0))",
-        "return lam * normal.ppf(np.clip(p, 0.5, 1.0))",
+        "return scale * normal.ppf(np.clip(p - self.slack(lam, dim), 0.5, 1.0))",
+        "return scale * normal.ppf(np.clip(p, 0.5, 1.0))",
         "tests/smoothing/test_lattice_noise.py::test_the_certificate_gives_up_d_tau_of_pa",
     ),
 ]

@@ -31,7 +31,7 @@ EPOCHS=${EPOCHS:-9}
 STEP=${STEP:-3}
 LIMIT=${LIMIT:-0.3333}
 RADII="0 0.001 0.002 0.0039216 0.0078431 0.0117647"   # the paired CIs' L-infinity radii (1/255 = 0.0039216)
-CERTIFY=${CERTIFY:-"norm=linf n0=100 n=1000 alpha=0.05 skip=20 batch_size=1000 seed=0"}
+CERTIFY=${CERTIFY:-"norm=linf n0=100 n=1000 alpha=0.05 skip=20 batch_size=1000 seed=0 noise=gaussian"}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$OUT"
 

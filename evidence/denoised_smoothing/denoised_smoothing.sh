@@ -27,7 +27,7 @@ source "$(dirname "$0")/../common/mnist_common.sh"
 OUT=${OUT:-outputs/denoised_smoothing}
 REPORT=${REPORT:-docs/results/denoised_smoothing}
 STAGE=${STAGE:-all}
-CERTIFY_DS=${CERTIFY_DS:-"n0=100 n=1000 alpha=0.001 skip=50 batch_size=500 seed=0"}
+CERTIFY_DS=${CERTIFY_DS:-"n0=100 n=1000 alpha=0.001 skip=50 batch_size=500 seed=0 noise=gaussian"}
 SIGMAS=${SIGMAS:-"0.25 0.5"}
 DNCNN="method.denoiser.depth=10 method.denoiser.channels=32"
 BASE="data=npz data.path=$DATA model=lenet optim.scheduler.step_size=$STEP trainer.limit_train_batches=$LIMIT \

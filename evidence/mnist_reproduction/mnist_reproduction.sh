@@ -32,7 +32,7 @@ one() {  # train then certify one experiment at every budget (scripts/run_steps.
     logger=csv trainer.enable_progress_bar=false || return
   for n in $BUDGETS; do
     OMP_NUM_THREADS=1 certify_run "$dir/train" "$dir/certify_n$n" data=npz data.path="$DATA/mnist.npz" n="$n" \
-      alpha=0.001 skip="$SKIP" seed=0 || return
+      alpha=0.001 skip="$SKIP" seed=0 noise=gaussian || return  # float noise: the papers' (and archived)
   done
 }
 

@@ -44,7 +44,7 @@ train() {  # train NOISE: train_run (scripts/run_steps.sh), one thread
 
 certify() {  # certify NOISE: L1 radii with the training noise; certify_run (only a finished training; resumes)
   OMP_NUM_THREADS=1 certify_run "$OUT/train/$1" "$OUT/certify/$1" $CERTIFY n=10000 n0=100 alpha=0.001 seed=0 \
-    norm=l1
+    norm=l1 noise="$1"
 }
 
 if [ "$STAGE" = all ] || [ "$STAGE" = train ]; then for noise in $NOISES; do train "$noise"; done; fi

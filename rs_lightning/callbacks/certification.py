@@ -62,7 +62,9 @@ class CertificationCallback(pl.Callback):
             :data:`DEFAULTS`; and a sampler's settings under its name (``sequential={"radii": [...],
             "first_look": ...}``). ``sigma`` None: the module's training sigma; ``norm`` None: L∞ for a
             method whose certified model is a pipeline (ARS certifies nothing else), else the training noise's
-            own (set ``linf`` to log a Gaussian baseline in the same units as ARS). The spec is resolved with
+            own (set ``linf`` to log a Gaussian baseline in the same units as ARS). The noise is the
+            module's training noise, lattice Gaussian noise for a Gaussian-trained module on 8-bit data
+            (``eight_bit``), as in ``certify.py``. The spec is resolved with
             the module's facts by :func:`~rs_lightning.smoothing.resolve.resolve`, as in ``certify.py``.
     """
 
@@ -112,14 +114,15 @@ class CertificationCallback(pl.Callback):
         """The request resolved with the module's facts (:func:`~rs_lightning.smoothing.resolve.resolve`, as
         ``certify.py`` does): its σ unless one was given (the callback's ``sigma=`` needs no override), its
         training noise, L∞ for a pipeline unless a norm was given, the sampler's settings at the data's
-        input size."""
+        input size; lattice noise by default for a Gaussian-trained model on 8-bit data."""
         facts = ModelFacts.of(
             self._model(pl_module),
             math.prod(trainer.datamodule.input_shape),
             train_sigma=pl_module.sigma,
             train_noise=getattr(pl_module, "noise", None),
         )
-        return resolve(self.request, facts, override_sigma=True, prefix=PREFIX)
+        on_grid = getattr(trainer.datamodule, "eight_bit", False)  # a user's own module: float noise
+        return resolve(self.request, facts, override_sigma=True, on_grid=on_grid, prefix=PREFIX)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A spec the module cannot be certified under (a norm its pipeline's accounting does not cover, a

@@ -365,7 +365,8 @@ def plan_run(cfg: DictConfig) -> CertificationPlan:
     model, meta, datamodule = load_model_and_data(cfg, checkpoint, device)
     dim = math.prod(datamodule.input_shape)
     facts = ModelFacts.of(model, dim, train_sigma=meta.sigma, train_noise=meta.noise)
-    spec = resolve(spec_request(cfg), facts, override_sigma=bool(cfg.override_sigma))
+    on_grid = datamodule.eight_bit or bool(cfg.get("quantize", False))
+    spec = resolve(spec_request(cfg), facts, override_sigma=bool(cfg.override_sigma), on_grid=on_grid)
     sigma = spec.sigma
     model, meta = with_diffusion(cfg, model, meta, sigma, device)
     model = at_sigma(model, sigma)  # the checkpoint's model itself is left as it is

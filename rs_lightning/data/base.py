@@ -119,6 +119,10 @@ class RSDataModule(pl.LightningDataModule):
     """
 
     name: ClassVar[str] = "base"
+    eight_bit: ClassVar[bool] = False
+    """Whether every input the module serves is on the 8-bit pixel grid k/255 (uint8 images, not resized):
+    lattice noise is then the default certification noise (:func:`~rs_lightning.smoothing.resolve.
+    default_noise`). False unless a module knows it: float data stay on float noise."""
     num_classes: int
     class_names: list[str]
     input_shape: tuple[int, int, int]

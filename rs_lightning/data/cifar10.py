@@ -29,6 +29,7 @@ class CIFAR10DataModule(RSDataModule):
     """
 
     name = "cifar10"
+    eight_bit = True  # uint8 images; crop-with-padding and flips (training only) keep the grid
 
     def __init__(self, root: str = "data", download: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -208,6 +208,10 @@ class CompositeDataModule(RSDataModule):
 
     name = "composite"
 
+    @property
+    def eight_bit(self) -> bool:  # uint8 canvases and backgrounds: on the grid when the objects are
+        return self.source.eight_bit
+
     def __init__(
         self,
         source: Mapping[str, Any] | RSDataModule,

@@ -30,6 +30,7 @@ class ImageNetDataModule(RSDataModule):
     """
 
     name = "imagenet"
+    eight_bit = False  # Resize(256) interpolates between levels: lattice noise needs quantize=true
 
     def __init__(self, root: str, image_size: int = 224, resize_size: int = 256, **kwargs: Any) -> None:
         super().__init__(**kwargs)

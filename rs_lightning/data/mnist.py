@@ -31,6 +31,7 @@ class MNISTDataModule(RSDataModule):
     """
 
     name = "mnist"
+    eight_bit = True  # uint8 images served as they are (Fashion-MNIST too)
     tv_class: ClassVar[type[datasets.MNIST]] = datasets.MNIST
 
     def __init__(self, root: str = "data", download: bool = False, **kwargs: Any) -> None:

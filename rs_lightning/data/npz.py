@@ -123,6 +123,7 @@ class NpzDataModule(RSDataModule):
     """
 
     name = "npz"
+    eight_bit = True  # uint8 arrays only (others are refused on load), served as they are
 
     def __init__(
         self,

@@ -76,15 +76,32 @@ def resolve_sigma(given: float | None, train_sigma: float | None, override_sigma
     return float(given)
 
 
+def default_noise(train_noise: str, on_grid: bool, pipeline: str | None = None) -> str:
+    """The noise a run certifies with when none is given: lattice Gaussian noise for a model trained with
+    Gaussian noise whose inputs are on the 8-bit grid (Voráček & Hein, ICLR 2023: its certificate holds in
+    floating point, the float one does not; docs/correctness.md, "Lattice noise by default"), else the
+    training noise. A pipeline (ARS) keeps float noise, which its accounting draws."""
+    if train_noise == "gaussian" and on_grid and pipeline is None:
+        return "gaussian_lattice"
+    return train_noise
+
+
 def resolve(
-    request: Mapping, facts: ModelFacts, *, override_sigma: bool = False, prefix: str = ""
+    request: Mapping,
+    facts: ModelFacts,
+    *,
+    override_sigma: bool = False,
+    on_grid: bool = False,
+    prefix: str = "",
 ) -> CertificationSpec:
     """The spec a run certifies: ``request`` (the spec's keys as a config holds them, None = unset, the
     sampler's settings under its name; every value validated) completed from ``facts``, in this order:
 
     1. σ: the given one, else the training σ (:func:`resolve_sigma`; a given σ other than the training one
        needs ``override_sigma``, which the callback grants: its ``sigma=`` is that override);
-    2. noise: the given one, else the training noise;
+    2. noise: the given one, else :func:`default_noise` (lattice Gaussian noise for a Gaussian-trained
+       model when ``on_grid``, the inputs being on the 8-bit grid: 8-bit data or ``quantize=true``; else
+       the training noise);
     3. norm: the given one, else L∞ for a pipeline with Gaussian noise (ARS certifies nothing else), else the
        noise's own; the pair must have a certificate and be one the pipeline's accounting covers;
     4. the sampler's settings that need σ and d, resolved and checked
@@ -101,7 +118,7 @@ def resolve(
         values = dict(request)
         values["sigma"] = resolve_sigma(request.get("sigma"), facts.train_sigma, override_sigma)
         if values.get("noise") is None:
-            values["noise"] = facts.train_noise
+            values["noise"] = default_noise(facts.train_noise, on_grid, facts.pipeline)
         if values.get("norm") is None and facts.pipeline is not None and values["noise"] == "gaussian":
             values["norm"] = facts.pipeline_norms[0]
         spec = CertificationSpec.from_dict(values)

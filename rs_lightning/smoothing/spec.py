@@ -105,8 +105,9 @@ class CertificationSpec:
     )
     noise: str = _key(
         "gaussian",
-        "gaussian | laplace | uniform: the smoothing noise at per-coordinate std sigma; unset in a request = "
-        "the model's training noise (Gaussian for a model that records none)",
+        "gaussian | gaussian_lattice | laplace | uniform: the smoothing noise at per-coordinate std sigma; "
+        "unset in a request = gaussian_lattice for a Gaussian-trained model on 8-bit inputs, else the "
+        "model's training noise (Gaussian for a model that records none)",
         from_model=True,
     )
 

@@ -6,11 +6,14 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import open_dict
 from rs_testing import compose_config
 from scipy.stats import norm
 
 from rs_lightning.cli.certify import certify
+from rs_lightning.cli.report.compare import report
+from rs_lightning.smoothing.noises import gaussian_lattice as lattice
 from rs_lightning.smoothing.noises.gaussian_lattice import lattice_table
 from rs_lightning.validation import ConfigError
 
@@ -58,18 +61,54 @@ def test_quantized_inputs_get_the_lattice_certificate(tmp_path, trained_digits, 
     np.testing.assert_allclose(radius[certified], 0.25 * norm.ppf(lower[certified] - slack), rtol=1e-5)
 
 
+def test_inputs_on_the_grid_are_certified_with_lattice_noise_by_default(tmp_path, trained_digits):
+    """No ``noise=``: the Gaussian-trained digits CNN on quantized digits gets lattice noise (settings.json),
+    the same rows as ``noise=gaussian_lattice``; on the digits as they are (v/16, off the grid) float noise,
+    as before. Catches the default not applied, or applied to data off the grid (refused)."""
+    model = f"checkpoint={trained_digits['checkpoint']}"
+    run(tmp_path / "default", model, "quantize=true")
+    run(tmp_path / "given", model, "quantize=true", *LATTICE)
+    run(tmp_path / "digits", model)
+    settings = json.loads((tmp_path / "default" / "settings.json").read_text())
+    assert settings["noise"] == "gaussian_lattice" and settings["train_noise"] == "gaussian"
+    drop = lambda r: {k: v for k, v in r.items() if k != "time"}  # noqa: E731
+    assert [drop(r) for r in rows(tmp_path / "default")] == [drop(r) for r in rows(tmp_path / "given")]
+    assert json.loads((tmp_path / "digits" / "settings.json").read_text())["noise"] == "gaussian"
+
+
 def test_rows_do_not_depend_on_the_batch_size_and_a_rerun_resumes(tmp_path, trained_digits):
     """The digits CNN: batch sizes 37 and 1000 give the same nA on every input (the per-input lattice
     streams), float noise gives other counts, and a rerun into a finished folder keeps its rows."""
     model = f"checkpoint={trained_digits['checkpoint']}"
     run(tmp_path / "a", model, *LATTICE, "quantize=true", "batch_size=37")
     run(tmp_path / "b", model, *LATTICE, "quantize=true", "batch_size=1000")
-    run(tmp_path / "float", model, "quantize=true")
+    run(tmp_path / "float", model, "quantize=true", "noise=gaussian")
     a, b = rows(tmp_path / "a"), rows(tmp_path / "b")
     assert [r["nA"] for r in a] == [r["nA"] for r in b]
     assert [r["nA"] for r in a] != [r["nA"] for r in rows(tmp_path / "float")]
     run(tmp_path / "b", model, *LATTICE, "quantize=true", "batch_size=1000")
     assert rows(tmp_path / "b") == b
+
+
+def test_flagged_draws_reach_the_row_the_summary_and_the_report(tmp_path, monkeypatch, capsys):
+    """A table of half-width 1 flags about one coordinate in seven (at σ = 1/255; patched in at any σ), so
+    nearly every 64-pixel copy: the rows count their flagged draws, summary.json totals them, certify.py
+    prints the total and the report notes it; a run with the real table flags none and says nothing.
+    Catches flagged draws that vanish between the engine and what a user reads."""
+    edges = lattice._ceilings(lattice._cdf_edges(1 / 255, 1, 50), 50)
+    coarse = lattice.LatticeTable(torch.tensor(edges, dtype=torch.int64), 1, 0.0)
+    plain = run(tmp_path / "plain", *CONSTANT, *LATTICE, "quantize=true")
+    assert plain["flagged_draws"] == 0 and "flagged draws" not in capsys.readouterr().out
+    with monkeypatch.context() as patch:
+        patch.setattr(lattice, "lattice_table", lambda sigma: coarse)
+        summary = run(tmp_path / "coarse", *CONSTANT, *LATTICE, "quantize=true")
+    flagged = [int(r["flagged"]) for r in rows(tmp_path / "coarse")]
+    assert all(0 < f <= 500 for f in flagged) and summary["flagged_draws"] == sum(flagged)
+    assert f"flagged draws (no class)   {sum(flagged)}" in capsys.readouterr().out
+    report([str(tmp_path / "coarse"), str(tmp_path / "plain")], str(tmp_path / "out"), resamples=50)
+    text = (tmp_path / "out" / "report.md").read_text()
+    notes = [line for line in text.splitlines() if "flagged draws (lattice" in line]
+    assert len(notes) == 1 and f"{sum(flagged)} flagged draws" in notes[0]
 
 
 def test_training_with_lattice_noise_on_data_off_the_grid_is_refused_before_the_first_epoch(tmp_path):

@@ -178,3 +178,25 @@ def test_callback_command_args_are_certify_py_keys_and_carry_a_given_norm():
     assert (args["n"], args["n0"], args["alpha"], args["seed"]) == (400, 100, 0.001, 0)
     assert (args["start"], args["skip"], args["max"]) == (0, 36, 325)
     assert "norm" not in CertificationCallback(num_inputs=10).certify_command_args(360)  # the checkpoint's
+
+
+def test_the_callback_defaults_to_lattice_noise_on_8_bit_data_as_certify_py_does():
+    """The callback resolves its spec by the rule certify.py follows: a Gaussian-trained module on a data
+    module that serves 8-bit inputs is certified with lattice noise, on the digits (off the grid) or a
+    user's own data module without ``eight_bit`` with float noise, and a Laplace-trained module with its
+    own. Catches the callback's numbers and its printed certify.py command certifying under different
+    noises."""
+    from types import SimpleNamespace
+
+    from rs_lightning.callbacks import CertificationCallback
+    from rs_lightning.data import DigitsDataModule, MNISTDataModule
+
+    def noise(datamodule, trained="gaussian"):
+        module = SimpleNamespace(model=torch.nn.Linear(4, 2), sigma=0.25, noise=trained)
+        trainer = SimpleNamespace(datamodule=datamodule)
+        return CertificationCallback(num_inputs=4, n=100)._spec(trainer, module).noise
+
+    mnist = SimpleNamespace(eight_bit=MNISTDataModule.eight_bit, input_shape=(1, 28, 28))
+    digits = SimpleNamespace(eight_bit=DigitsDataModule.eight_bit, input_shape=(1, 8, 8))
+    assert noise(mnist) == "gaussian_lattice" and noise(mnist, "laplace") == "laplace"
+    assert noise(digits) == "gaussian" and noise(SimpleNamespace(input_shape=(1, 8, 8))) == "gaussian"

@@ -16,6 +16,7 @@ from PIL import Image
 
 from rs_lightning.data import DatasetNotFoundError, DigitsDataModule
 from rs_lightning.data.composite import CompositeDataModule, Layout
+from rs_lightning.data.quantize import first_off_grid
 from rs_lightning.data.registry import DATA_MODULES
 from rs_lightning.validation import ConfigError
 
@@ -280,6 +281,8 @@ def test_describe_and_examples(npz, tmp_path):
     assert desc["name"] == "composite" and desc["source"]["name"] == "npz" and desc["canvas"] == 16
     assert [desc[k] for k in ("background", "blend", "placement", "seed")] == ["clutter", "paste", "edges", 0]
     assert desc["splits"] == {"train": 40, "test": 12} and desc["input_shape"] == [1, 16, 16]
+    # uint8 objects on uint8 canvases: on the 8-bit grid, as the module says (lattice noise by default)
+    assert dm.eight_bit and first_off_grid(dm.dataset("test"), range(4)) is None
     png = dm.save_examples(tmp_path / "examples.png", n=4)
     assert Image.open(png).size[0] > 4 * 16
 

@@ -23,6 +23,7 @@ from rs_lightning.data import (
     RSDataModule,
     read_idx,
 )
+from rs_lightning.data.quantize import first_off_grid
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "data"
 DEBIAN_FMNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -106,6 +107,21 @@ def test_npz_gray(tmp_path):
     assert x.dtype == torch.float32 and y == 2
     torch.testing.assert_close(x[0], torch.from_numpy(arrays["x_test"][0]).float() / 255)
     assert len(dm.describe()["sha256"]) == 64
+
+
+def test_which_modules_serve_8_bit_inputs(tmp_path):
+    """``eight_bit`` (lattice noise by default) agrees with the data: an npz's test inputs are on the grid
+    k/255, the digits' (v/16) are not; the uint8 datasets say so, ImageNet's resized crops do not. Catches a
+    module that claims the grid and would have every default run refused, or the reverse."""
+    _write_npz(tmp_path / "g.npz", (10, 12), y_test=np.zeros(6, dtype=np.uint8))
+    npz = NpzDataModule(str(tmp_path / "g.npz"), batch_size=8)
+    npz.setup()
+    digits = DigitsDataModule()
+    digits.setup()
+    assert npz.eight_bit and first_off_grid(npz.dataset("test"), range(5)) is None
+    assert not digits.eight_bit and first_off_grid(digits.dataset("test"), range(5)) is not None
+    assert MNISTDataModule.eight_bit and FashionMNISTDataModule.eight_bit and CIFAR10DataModule.eight_bit
+    assert not ImageNetDataModule.eight_bit and not RSDataModule.eight_bit
 
 
 def test_npz_rgb_augment_and_names(tmp_path):

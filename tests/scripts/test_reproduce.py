@@ -30,7 +30,15 @@ SCRIPT_ENV = (
     "DRY_RUN",
     "GPU_JSON",
 )
-PROTOCOL = ["n0=100", "n=100000", "alpha=0.001", "start=0", "skip=1", "max=10000"]
+PROTOCOL = [
+    "n0=100",
+    "n=100000",
+    "alpha=0.001",
+    "start=0",
+    "skip=1",
+    "max=10000",
+    "noise=gaussian",
+]  # the papers'
 
 
 def run(*args: str, script: Path = SCRIPT, **env: str) -> subprocess.CompletedProcess:
@@ -149,7 +157,7 @@ def test_dry_run_of_catrs_makes_and_passes_the_soft_labels(tmp_path):
     ]
     assert train[1:3] == ["train.py", "experiment=catrs_cifar10_sigma050"]
     assert train[3] == f"method.soft_labels={pre}/soft_labels.npy"
-    assert certify[3:9] == PROTOCOL
+    assert certify[3:10] == PROTOCOL
 
 
 def test_a_rerun_skips_finished_steps(tmp_path):

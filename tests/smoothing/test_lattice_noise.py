@@ -159,6 +159,19 @@ def test_the_certificate_gives_up_d_tau_of_pa():
         cert.radius(0.9, SIGMA)
 
 
+@pytest.mark.parametrize(("ball", "scale"), [("l1", 1.0), ("linf", 1 / 28)])
+def test_l1_and_linf_radii_follow_by_the_inclusion_of_balls(ball, scale):
+    """L1: the L2 radius (‖δ‖₂ ≤ ‖δ‖₁); L∞: divided by √d = 28 (‖δ‖₂ ≤ √d‖δ‖∞), both with the d·τ slack
+    (scipy), and the thresholds invert them. Catches an L∞ radius left at the L2 value (not sound: the L∞
+    ball of radius r holds points at L2 distance √d·r) or the slack dropped outside L2."""
+    d, p = 784, np.array([0.6, 0.9, 0.999])
+    cert = Certificate("gaussian_lattice", ball)
+    want = scale * SIGMA * norm.ppf(p - d * lattice_table(SIGMA).tv)
+    np.testing.assert_allclose(cert.radius(p, SIGMA, d), want, rtol=1e-12)
+    np.testing.assert_allclose(cert.threshold(want, SIGMA, d), p, rtol=1e-12)
+    np.testing.assert_allclose(cert.radius_at_tail(1 - p, SIGMA, d), want, rtol=1e-9)
+
+
 @pytest.mark.parametrize("sigma", [0.12, 1.0])
 def test_the_bucket_table_gives_the_offsets_of_a_plain_binary_search(sigma):
     """The same uniform integers located by ``torch.searchsorted`` among all edges give the same offsets as

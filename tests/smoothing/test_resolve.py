@@ -13,7 +13,7 @@ from rs_lightning.models import LeNet, build_classifier
 from rs_lightning.models.ars import AdaptiveSmoothing, build_mask
 from rs_lightning.smoothing import CertificationSpec, certify_batch
 from rs_lightning.smoothing.pipeline import at_sigma, pipeline_of
-from rs_lightning.smoothing.resolve import ModelFacts, resolve
+from rs_lightning.smoothing.resolve import ModelFacts, default_noise, resolve
 from rs_lightning.validation import ConfigError
 
 PLAIN = ModelFacts(dim=64, train_sigma=0.25)
@@ -36,6 +36,21 @@ def test_the_model_decides_what_the_request_leaves_unset():
     assert resolve({"noise": "uniform", "norm": "linf"}, PLAIN).certificate.norm == "linf"
     assert resolve({}, ARS).norm == "linf"  # ARS certifies nothing else
     assert resolve({"sigma": 0.5}, ModelFacts(64)).sigma == 0.5  # published, parameter-free, method=clean
+
+
+def test_inputs_on_the_8_bit_grid_default_to_lattice_noise():
+    """On grid inputs (8-bit data, or quantize=true) a Gaussian-trained model is certified with lattice noise
+    unless a noise is given; float data, other training noises and ARS pipelines keep their own. Catches the
+    default applied off the grid (every such run would be refused), to Laplace/uniform models (another law),
+    or over a noise the user gave."""
+    assert resolve({}, PLAIN, on_grid=True).noise == "gaussian_lattice"
+    assert resolve({"norm": "linf"}, PLAIN, on_grid=True).certificate.norm == "linf"
+    assert resolve({}, ModelFacts(64, 0.25, "gaussian_lattice")).noise == "gaussian_lattice"
+    assert resolve({}, PLAIN).noise == "gaussian"
+    assert resolve({"noise": "gaussian"}, PLAIN, on_grid=True).noise == "gaussian"
+    assert resolve({}, ModelFacts(64, 0.5, "laplace"), on_grid=True).noise == "laplace"
+    assert resolve({}, ARS, on_grid=True).noise == "gaussian"
+    assert default_noise("uniform", True) == "uniform" and default_noise("gaussian", True, "X") == "gaussian"
 
 
 def test_another_sigma_needs_the_override_and_none_at_all_is_refused():

@@ -27,7 +27,8 @@ coordinates, the product laws differ by at most d·τ in total variation, so for
     P(f(x + δ) = A) ≥ Q(f(x + δ) = A, no coordinate flagged) − d·τ,
 
 and the certificate is σΦ⁻¹(p − d·τ) for a lower bound p on what the draws estimate (:class:`GaussianLattice`
-radii, which is why they need d).
+radii, which is why they need d): in L2, and by the inclusion of balls in L1 (the same radius, ‖δ‖₂ ≤ ‖δ‖₁)
+and L∞ (divided by √d), as :class:`~.gaussian.Gaussian` states them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import torch
 from scipy.stats import norm as normal
 
 from .base import Noise, dim_of
+from .gaussian import Gaussian
 
 LEVELS = 255
 """Steps per unit of the pixel grid: x = k/255, as every 8-bit image dataset stores it."""
@@ -168,7 +170,7 @@ class GaussianLattice(Noise):
     """Gaussian noise rounded to the 8-bit pixel lattice (module docstring): sound in floating point."""
 
     name = "gaussian_lattice"
-    norms = ("l2",)
+    norms = ("l2", "l1", "linf")  # L1 and L∞ by the inclusion of balls, as for float Gaussian noise
     grid_inputs = True
 
     def needs_dim(self, norm: str) -> bool:
@@ -232,13 +234,15 @@ class GaussianLattice(Noise):
         return inputs, counted
 
     def radius(self, p, lam, norm, dim):
-        return lam * normal.ppf(np.clip(p - self.slack(lam, dim), 0.5, 1.0))
+        scale = Gaussian.radius_scale(lam, norm, dim)
+        return scale * normal.ppf(np.clip(p - self.slack(lam, dim), 0.5, 1.0))
 
     def threshold(self, r, lam, norm, dim):
-        return normal.cdf(r / lam) + self.slack(lam, dim)
+        return normal.cdf(r / Gaussian.radius_scale(lam, norm, dim)) + self.slack(lam, dim)
 
     def radius_at_tail(self, q, lam, norm, dim):
-        return lam * normal.isf(np.clip(q + self.slack(lam, dim), 0.0, 0.5))
+        scale = Gaussian.radius_scale(lam, norm, dim)
+        return scale * normal.isf(np.clip(q + self.slack(lam, dim), 0.0, 0.5))
 
     @staticmethod
     def slack(sigma: float, dim: int | None) -> float:
