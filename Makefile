@@ -50,6 +50,7 @@ bench: $(STAMP)
 GPU_PY ?= $(PY)
 bench-gpu: $(if $(filter $(PY),$(GPU_PY)),$(STAMP))
 	$(GPU_PY) -m bench.gpu $(BENCH_GPU_ARGS)
+	$(GPU_PY) -m bench.lattice --device cuda
 
 # the same code path on the CPU with tiny sizes (seconds); tests/bench runs it too
 bench-gpu-smoke: $(STAMP)

@@ -26,3 +26,18 @@ def test_quick_run_times_both_noises_on_both_workloads(tmp_path):
         assert abs(row["time_ratio"] - statistics.median(ratios)) < 0.01
     archived = json.loads((REPO / "bench" / "results" / "lattice_cost.json").read_text())
     assert set(archived["workloads"]) == set(bench.WORKLOADS) and archived["target_time_ratio"] == 1.15
+
+
+def test_cuda_without_a_gpu_is_one_line_and_status_2(capsys, monkeypatch):
+    """``make bench-gpu`` runs ``bench.lattice --device cuda``: without CUDA it stops before any timing with
+    one ``error:`` line naming the fix, not a traceback from the first kernel."""
+    import pytest
+
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    bench = importlib.import_module("bench.lattice")
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--device", "cuda", "--quick"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("error: --device cuda") and len(err.splitlines()) == 1

@@ -167,3 +167,21 @@ def test_lattice_rows_at_bf16_and_over_ranks(tmp_path, trained_digits, setting):
     else:
         agree = np.mean([a["nA"] == b["nA"] for a, b in zip(one, other, strict=True)])
         assert settings["precision"] == "bf16" and agree >= 0.5  # bf16 flips few votes of 500
+
+
+@pytest.mark.slow
+def test_lattice_rows_compiled(tmp_path, trained_digits):
+    """compile=true with lattice noise on the digits CNN: torch.compile really compiles (no eager fallback
+    warning) and the rows' counts are those of the eager run, so compile is another implementation of the
+    same base classifier on the lattice points. Catches a compiled path that bypasses the lattice sum."""
+    import warnings
+
+    model = f"checkpoint={trained_digits['checkpoint']}"
+    run(tmp_path / "eager", model, *LATTICE, "quantize=true")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(tmp_path / "compiled", model, *LATTICE, "quantize=true", "compile=true")
+    assert not [w for w in caught if "torch.compile failed" in str(w.message)]
+    counts = lambda folder: [(r["predict"], r["nA"], r["n"], r["flagged"]) for r in rows(folder)]  # noqa: E731
+    assert counts(tmp_path / "compiled") == counts(tmp_path / "eager")
+    assert json.loads((tmp_path / "compiled" / "settings.json").read_text())["compile"] is True
