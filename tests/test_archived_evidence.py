@@ -273,3 +273,42 @@ def test_the_noise_envelope_in_the_docs_is_the_rows():
         row = " | ".join(f"{best[r][0]:.1f} ({best[r][1]})" for r in radii)
         line = next(x for x in text.splitlines() if x.startswith(f"| {label} | ") and "(0.5)" in x)
         assert line.replace("**", "") == f"| {label} | {row} |"
+
+
+LATTICE = RESULTS / "lattice_noise"
+LATTICE_RUNS = {  # (trained with, certified with): archived run folder
+    (trained, certified): LATTICE / "runs" / f"trained_{trained}_certified_{certified}"
+    for trained in ("gaussian", "gaussian_lattice")
+    for certified in ("gaussian", "gaussian_lattice")
+}
+
+
+def test_the_lattice_noise_report_rebuilds_from_its_rows(tmp_path):
+    """evidence/lattice_noise/lattice_noise.sh's report: MNIST LeNets trained with float and with lattice
+    Gaussian noise, each certified under both; and the two paired comparisons the docs quote."""
+    runs = [str(path.relative_to(REPO)) for path in LATTICE_RUNS.values()]
+    assert_report_rebuilds([*runs, "--compare-noises"], LATTICE, tmp_path)
+    radii = ["--radii", "0", "0.25", "0.5", "0.75"]
+    for file, pair in (
+        ("paired_certification_noise.txt", [runs[0], runs[1]]),
+        ("paired_training_noise.txt", [runs[3], runs[1]]),
+    ):
+        paired = run_script(
+            "-m rs_lightning.cli.report paired", *pair, "--compare-noises", *radii, timeout=600
+        )
+        assert paired.returncode == 0, paired.stderr[-2000:]
+        assert paired.stdout == (LATTICE / file).read_text(), f"{file} rebuilt differently"
+
+
+def test_the_lattice_noise_table_in_the_docs_is_the_rows():
+    """docs/results.md's table of the four lattice-noise runs (certified accuracy at the grid, ACR)
+    recomputed from the archived rows: catches a cell copied from another run or radius."""
+    text = (REPO / "docs" / "results.md").read_text()
+    names = {"gaussian": "float", "gaussian_lattice": "lattice"}
+    for (trained, certified), folder in LATTICE_RUNS.items():
+        rows = read_results(folder / "certify.tsv")
+        ok = rows["correct"] == 1
+        cells = [f"{100 * np.mean(ok & (rows['radius'] >= r)):.1f}" for r in (0, 0.25, 0.5, 0.75)]
+        acr = f"{np.mean(np.where(ok, rows['radius'], 0)):.4f}"
+        want = f"| {names[trained]} | {names[certified]} | " + " | ".join(cells) + f" | {acr} |"
+        assert want in text, want

@@ -79,6 +79,7 @@ def run_script(tmp_path: Path, script: str, **env: str) -> tuple[subprocess.Comp
         ("mnist_reproduction/mnist_reproduction.sh", {}),
         ("ars_clutter/ars_clutter.sh", {"STAGE": "all"}),
         ("ars_clutter/ars_clutter.sh", {"STAGE": "train"}),
+        ("lattice_noise/lattice_noise.sh", {}),
     ],
 )
 def test_a_failed_background_training_fails_the_script_before_any_later_stage(tmp_path, script, env):
@@ -124,6 +125,7 @@ def test_certify_refuses_a_run_without_train_done_in_one_line(tmp_path):
         ("fast_certification/fast_certification.sh", {"STAGE": "samples"}, "train/mnist_lenet_s050"),
         ("sequential/sequential_certification.sh", {"STAGE": "certify"}, "train/mnist_lenet_s025"),
         ("noises/noise_comparison.sh", {"STAGE": "certify"}, "train/gaussian"),
+        ("lattice_noise/lattice_noise.sh", {"STAGE": "certify"}, "gaussian/train"),
         ("ars_clutter/ars_clutter.sh", {"STAGE": "certify", "RUNS": "ars"}, "ars/train"),
         ("ars_clutter/ars_clutter.sh", {"STAGE": "masks"}, "ars/train"),
         ("mnist_structured/mnist_comparison.sh", {"STAGE": "soft", "SIGMAS": "025"}, "train/gaussian_s025"),
