@@ -151,7 +151,8 @@ class CertificationCallback(pl.Callback):
     def certify_command_args(self, dataset_size: int) -> dict:
         """The ``certify.py`` settings that reproduce this callback's numbers: the spec's protocol (nested
         settings as dotted keys) and the subset. The noise, and the norm unless one was given, are left to
-        ``certify.py``'s null: the checkpoint's training noise and its own norm (L∞ for ARS), as here."""
+        ``certify.py``'s null: the same default noise (lattice Gaussian noise for a Gaussian-trained model on
+        8-bit data, else the training noise) and its own norm (L∞ for ARS), as here."""
         indices = self.subset(dataset_size)
         args: dict = {}
         for key, value in self.spec.protocol().items():
